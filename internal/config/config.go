@@ -1,0 +1,236 @@
+// Package config owns baton's configuration file: its schema, its defaults
+// and its validation. A Config that Load returns is complete (every default
+// filled in) and valid; nothing downstream checks it again.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Defaults for every setting that may be left out.
+const (
+	DefaultReadyTimeout      = 10 * time.Second
+	DefaultDrainTimeout      = 30 * time.Second
+	DefaultStopTimeout       = 30 * time.Second
+	DefaultWorkers           = 1
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultDrainIdleGrace    = time.Second
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultConnectTimeout    = 5 * time.Second
+	DefaultProtocol          = ProtocolHTTP
+
+	// MaxSize is the largest configuration file baton accepts. The
+	// configuration travels to every worker in one message, which has a
+	// size limit of its own.
+	MaxSize = 128 << 10
+	// MaxWorkers bounds workers per generation.
+	MaxWorkers = 256
+	// MaxSockets bounds the sockets of one reuseport group.
+	MaxSockets = 256
+)
+
+// Listener protocols.
+const (
+	ProtocolHTTP = "http"
+	ProtocolTCP  = "tcp"
+)
+
+// ErrInvalid is wrapped by every validation error.
+var ErrInvalid = errors.New("invalid config")
+
+// Config is the whole configuration file.
+type Config struct {
+	// ControlSocket is the path of the control socket. Default: see
+	// DefaultControlSocket.
+	ControlSocket string `json:"controlSocket,omitempty"`
+	// ReadyTimeout bounds how long a new worker may take to report ready.
+	ReadyTimeout Duration `json:"readyTimeout,omitempty"`
+	// DrainTimeout bounds how long a draining worker may live.
+	DrainTimeout Duration `json:"drainTimeout,omitempty"`
+	// StopTimeout bounds a graceful stop (SIGTERM) of the whole supervisor.
+	StopTimeout Duration `json:"stopTimeout,omitempty"`
+	// Workers is the number of worker processes per generation.
+	Workers int `json:"workers,omitempty"`
+	// HTTP holds the HTTP server settings shared by every http listener.
+	HTTP HTTP `json:"http"`
+	// Listeners are the sockets the supervisor owns.
+	Listeners []Listener `json:"listeners"`
+	// Backends are where requests go.
+	Backends []Backend `json:"backends"`
+	// Routes map a listener, host and path prefix to a backend.
+	Routes []Route `json:"routes"`
+}
+
+// HTTP holds HTTP server settings.
+type HTTP struct {
+	// ReadHeaderTimeout bounds reading a request's headers (slowloris).
+	ReadHeaderTimeout Duration `json:"readHeaderTimeout,omitempty"`
+	// IdleTimeout closes a keep-alive connection idle for that long.
+	IdleTimeout Duration `json:"idleTimeout,omitempty"`
+	// DrainIdleGrace is how long a draining worker keeps an idle keep-alive
+	// connection open, so that a client that reuses it at that instant is
+	// answered (with Connection: close) instead of finding it closed.
+	DrainIdleGrace Duration `json:"drainIdleGrace,omitempty"`
+	// MaxHeaderBytes bounds a request's headers.
+	MaxHeaderBytes int `json:"maxHeaderBytes,omitempty"`
+}
+
+// Listener is one listening address.
+type Listener struct {
+	// Name identifies the listener in routes and status.
+	Name string `json:"name"`
+	// Address is host:port for TCP (v4 or [v6]) or unix:/path.
+	Address string `json:"address"`
+	// Protocol is http or tcp.
+	Protocol string `json:"protocol,omitempty"`
+	// ReusePort opens Sockets sockets in one SO_REUSEPORT group.
+	ReusePort bool `json:"reusePort,omitempty"`
+	// Sockets is the size of the reuseport group. Zero means as many as
+	// workers when the group is first opened; a reload keeps the group's
+	// size unless Sockets asks for another (see supervisor).
+	Sockets int `json:"sockets,omitempty"`
+}
+
+// Backend is a set of upstream addresses.
+type Backend struct {
+	// Name identifies the backend in routes.
+	Name string `json:"name"`
+	// Static lists host:port addresses, balanced round robin.
+	Static []string `json:"static,omitempty"`
+	// ConnectTimeout bounds one connection attempt.
+	ConnectTimeout Duration `json:"connectTimeout,omitempty"`
+}
+
+// Route sends what arrives on Listener for Host under PathPrefix to Backend.
+type Route struct {
+	Listener   string `json:"listener"`
+	Host       string `json:"host,omitempty"`
+	PathPrefix string `json:"pathPrefix,omitempty"`
+	Backend    string `json:"backend"`
+}
+
+// Load reads, parses, defaults and validates the file at path.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	defer f.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(io.LimitReader(f, MaxSize+1)); err != nil {
+		return nil, fmt.Errorf("read config %s: %w", path, err)
+	}
+	if buf.Len() > MaxSize {
+		return nil, fmt.Errorf("config %s: %w: larger than %d bytes", path, ErrInvalid, MaxSize)
+	}
+	c, err := Parse(buf.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse parses YAML (or JSON) config text, fills in defaults and validates.
+// Unknown keys are errors: a misspelt key must not be silently ignored.
+func Parse(data []byte) (*Config, error) {
+	var c Config
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	c.setDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Marshal encodes c as JSON, the form workers receive.
+func (c *Config) Marshal() ([]byte, error) {
+	return json.Marshal(c)
+}
+
+// Unmarshal decodes the JSON a worker received and validates it.
+func Unmarshal(data []byte) (*Config, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	c.setDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (c *Config) setDefaults() {
+	if c.ControlSocket == "" {
+		c.ControlSocket = DefaultControlSocket()
+	}
+	setDuration(&c.ReadyTimeout, DefaultReadyTimeout)
+	setDuration(&c.DrainTimeout, DefaultDrainTimeout)
+	setDuration(&c.StopTimeout, DefaultStopTimeout)
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	setDuration(&c.HTTP.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	setDuration(&c.HTTP.IdleTimeout, DefaultIdleTimeout)
+	setDuration(&c.HTTP.DrainIdleGrace, DefaultDrainIdleGrace)
+	if c.HTTP.MaxHeaderBytes == 0 {
+		c.HTTP.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	for i := range c.Listeners {
+		l := &c.Listeners[i]
+		if l.Protocol == "" {
+			l.Protocol = DefaultProtocol
+		}
+	}
+	for i := range c.Backends {
+		setDuration(&c.Backends[i].ConnectTimeout, DefaultConnectTimeout)
+	}
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		if r.PathPrefix == "" && c.protocolOf(r.Listener) == ProtocolHTTP {
+			r.PathPrefix = "/"
+		}
+	}
+}
+
+func setDuration(d *Duration, def time.Duration) {
+	if *d == 0 {
+		*d = Duration(def)
+	}
+}
+
+func (c *Config) protocolOf(listener string) string {
+	for _, l := range c.Listeners {
+		if l.Name == listener {
+			return l.Protocol
+		}
+	}
+	return ""
+}
+
+// DefaultControlSocket is /run/baton/control.sock for root, else
+// $XDG_RUNTIME_DIR/baton/control.sock, else /tmp/baton-UID/control.sock.
+func DefaultControlSocket() string {
+	uid := os.Geteuid()
+	if uid == 0 {
+		return "/run/baton/control.sock"
+	}
+	if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" {
+		return filepath.Join(dir, "baton", "control.sock")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("baton-%d", uid), "control.sock")
+}

@@ -1,0 +1,217 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Validate checks c and returns every problem found, joined, each wrapping
+// ErrInvalid. It expects defaults to be filled in.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...))
+	}
+
+	for name, d := range map[string]Duration{
+		"readyTimeout":           c.ReadyTimeout,
+		"drainTimeout":           c.DrainTimeout,
+		"stopTimeout":            c.StopTimeout,
+		"http.readHeaderTimeout": c.HTTP.ReadHeaderTimeout,
+		"http.idleTimeout":       c.HTTP.IdleTimeout,
+		"http.drainIdleGrace":    c.HTTP.DrainIdleGrace,
+	} {
+		if d.Std() < time.Millisecond {
+			bad("%s must be at least 1ms, not %s", name, d)
+		}
+	}
+	if c.HTTP.DrainIdleGrace >= c.DrainTimeout {
+		bad("http.drainIdleGrace (%s) must be shorter than drainTimeout (%s)", c.HTTP.DrainIdleGrace, c.DrainTimeout)
+	}
+	if c.Workers < 1 || c.Workers > MaxWorkers {
+		bad("workers must be between 1 and %d, not %d", MaxWorkers, c.Workers)
+	}
+	if c.HTTP.MaxHeaderBytes < 1024 {
+		bad("http.maxHeaderBytes must be at least 1024, not %d", c.HTTP.MaxHeaderBytes)
+	}
+	if !strings.HasPrefix(c.ControlSocket, "/") {
+		bad("controlSocket must be an absolute path, not %q", c.ControlSocket)
+	}
+
+	listeners := make(map[string]*Listener)
+	addresses := make(map[string]string)
+	if len(c.Listeners) == 0 {
+		bad("no listeners")
+	}
+	for i := range c.Listeners {
+		l := &c.Listeners[i]
+		where := fmt.Sprintf("listeners[%d]", i)
+		if l.Name != "" {
+			where = fmt.Sprintf("listener %q", l.Name)
+		}
+		switch {
+		case l.Name == "":
+			bad("%s: name is required", where)
+		case listeners[l.Name] != nil:
+			bad("%s: name used twice", where)
+		default:
+			listeners[l.Name] = l
+		}
+		network, addr, err := l.Network()
+		if err != nil {
+			bad("%s: %v", where, err)
+		} else if other, ok := addresses[network+" "+addr]; ok {
+			bad("%s: address %s already used by listener %q", where, l.Address, other)
+		} else {
+			addresses[network+" "+addr] = l.Name
+		}
+		if l.Protocol != ProtocolHTTP && l.Protocol != ProtocolTCP {
+			bad("%s: protocol must be %q or %q, not %q", where, ProtocolHTTP, ProtocolTCP, l.Protocol)
+		}
+		if l.Sockets < 0 || l.Sockets > MaxSockets {
+			bad("%s: sockets must be between 1 and %d, not %d", where, MaxSockets, l.Sockets)
+		}
+		if !l.ReusePort && l.Sockets > 1 {
+			bad("%s: sockets: %d needs reusePort: true (without it all workers share one socket)", where, l.Sockets)
+		}
+		if l.ReusePort && network == "unix" {
+			bad("%s: reusePort applies to TCP listeners only", where)
+		}
+	}
+
+	backends := make(map[string]*Backend)
+	for i := range c.Backends {
+		b := &c.Backends[i]
+		where := fmt.Sprintf("backends[%d]", i)
+		if b.Name != "" {
+			where = fmt.Sprintf("backend %q", b.Name)
+		}
+		switch {
+		case b.Name == "":
+			bad("%s: name is required", where)
+		case backends[b.Name] != nil:
+			bad("%s: name used twice", where)
+		default:
+			backends[b.Name] = b
+		}
+		if len(b.Static) == 0 {
+			bad("%s: static needs at least one address", where)
+		}
+		for _, a := range b.Static {
+			if err := checkHostPort(a); err != nil {
+				bad("%s: static address %q: %v", where, a, err)
+			}
+		}
+		if b.ConnectTimeout.Std() < time.Millisecond {
+			bad("%s: connectTimeout must be at least 1ms", where)
+		}
+	}
+
+	type routeKey struct{ listener, host, prefix string }
+	seen := make(map[routeKey]int)
+	routed := make(map[string]int)
+	for i, r := range c.Routes {
+		where := fmt.Sprintf("routes[%d]", i)
+		l := listeners[r.Listener]
+		if l == nil {
+			bad("%s: listener %q is not defined", where, r.Listener)
+		} else {
+			routed[r.Listener]++
+			switch l.Protocol {
+			case ProtocolTCP:
+				if r.Host != "" || r.PathPrefix != "" {
+					bad("%s: listener %q is tcp: host and pathPrefix do not apply", where, r.Listener)
+				}
+				if routed[r.Listener] > 1 {
+					bad("%s: listener %q is tcp and already has a route", where, r.Listener)
+				}
+			case ProtocolHTTP:
+				if !strings.HasPrefix(r.PathPrefix, "/") {
+					bad("%s: pathPrefix must start with /, not %q", where, r.PathPrefix)
+				}
+				if err := checkHost(r.Host); err != nil {
+					bad("%s: host %q: %v", where, r.Host, err)
+				}
+			}
+		}
+		if backends[r.Backend] == nil {
+			bad("%s: backend %q is not defined", where, r.Backend)
+		}
+		k := routeKey{r.Listener, strings.ToLower(r.Host), r.PathPrefix}
+		if j, dup := seen[k]; dup {
+			bad("%s: same listener, host and pathPrefix as routes[%d]", where, j)
+		}
+		seen[k] = i
+	}
+	for _, l := range c.Listeners {
+		if l.Name != "" && routed[l.Name] == 0 {
+			bad("listener %q has no route", l.Name)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Network returns the network and address to listen on: "unix" and a path,
+// or "tcp4", "tcp6" or "tcp" (a host name) and host:port.
+func (l *Listener) Network() (network, address string, err error) {
+	if path, ok := strings.CutPrefix(l.Address, "unix:"); ok {
+		if !strings.HasPrefix(path, "/") && !strings.HasPrefix(path, "@") {
+			return "", "", fmt.Errorf("unix socket path must be absolute, not %q", path)
+		}
+		return "unix", path, nil
+	}
+	host, port, err := net.SplitHostPort(l.Address)
+	if err != nil {
+		return "", "", fmt.Errorf("address %q: want host:port, [v6]:port or unix:/path", l.Address)
+	}
+	if err := checkPort(port); err != nil {
+		return "", "", fmt.Errorf("address %q: %w", l.Address, err)
+	}
+	if host == "" {
+		return "tcp", l.Address, nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return "tcp", l.Address, nil
+	}
+	if ip.Is4() || ip.Is4In6() {
+		return "tcp4", l.Address, nil
+	}
+	return "tcp6", l.Address, nil
+}
+
+func checkHostPort(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return errors.New("want host:port")
+	}
+	if host == "" {
+		return errors.New("host is empty")
+	}
+	return checkPort(port)
+}
+
+func checkPort(port string) error {
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
+}
+
+// checkHost accepts "", a host name, or a wildcard "*.example.com".
+func checkHost(h string) error {
+	if h == "" {
+		return nil
+	}
+	name := strings.TrimPrefix(h, "*.")
+	if strings.ContainsAny(name, "*/: ") {
+		return errors.New("want a host name without port, optionally starting with *.")
+	}
+	return nil
+}

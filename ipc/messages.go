@@ -1,0 +1,90 @@
+package ipc
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Hello is the supervisor's first message to a worker. Its frame carries one
+// descriptor for every entry of every listener's Sockets, in order.
+type Hello struct {
+	// Generation is the worker's generation, counting from 1.
+	Generation uint64 `json:"generation"`
+	// Slot is the worker's place in its generation, from 0 to Workers-1.
+	Slot int `json:"slot"`
+	// Workers is the number of workers in the generation.
+	Workers int `json:"workers"`
+	// Listeners describes the descriptors that came with the hello.
+	Listeners []ListenerInfo `json:"listeners"`
+	// Config is the worker's configuration, opaque to the protocol.
+	Config json.RawMessage `json:"config,omitempty"`
+}
+
+// Files is the number of descriptors the hello's listeners announce.
+func (h *Hello) Files() int {
+	n := 0
+	for _, l := range h.Listeners {
+		n += len(l.Sockets)
+	}
+	return n
+}
+
+// ListenerInfo describes one listener handed to a worker.
+type ListenerInfo struct {
+	// Name is the listener's name in the configuration.
+	Name string `json:"name"`
+	// Network is "tcp", "tcp4", "tcp6" or "unix".
+	Network string `json:"network"`
+	// Address is the address the sockets are bound to.
+	Address string `json:"address"`
+	// Protocol is what the worker should speak ("http", "tcp"), opaque to
+	// the supervisor.
+	Protocol string `json:"protocol,omitempty"`
+	// Sockets are the indexes, in the listener's reuseport group, of the
+	// sockets given to this worker; one descriptor each.
+	Sockets []int `json:"sockets"`
+}
+
+// Ready tells the supervisor that the worker serves on every listener.
+type Ready struct{}
+
+// Failed tells the supervisor that the worker cannot serve, and why. The
+// worker exits after sending it.
+type Failed struct {
+	Reason string `json:"reason"`
+}
+
+// Drain tells a worker to stop accepting, finish what it has, and exit
+// before Deadline, when the supervisor kills what is left.
+type Drain struct {
+	Deadline time.Time `json:"deadline"`
+	Reason   string    `json:"reason,omitempty"`
+}
+
+// Stats is a worker's periodic report of its counters.
+type Stats struct {
+	// Connections is the number of client connections open now.
+	Connections int64 `json:"connections"`
+	// Accepted is the number of client connections accepted so far.
+	Accepted uint64 `json:"accepted"`
+	// Requests is the number of requests (or TCP streams) served so far.
+	Requests uint64 `json:"requests"`
+	// Errors is the number of requests answered with a proxy error.
+	Errors uint64 `json:"errors"`
+}
+
+// Request is a control socket command.
+type Request struct {
+	// Command is "status", "reload" or "stop".
+	Command string `json:"command"`
+}
+
+// Response answers a Request.
+type Response struct {
+	// OK is false when the command failed; Error says why.
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	// Result is the command's result (status, or the handoff a reload
+	// ran), as JSON.
+	Result json.RawMessage `json:"result,omitempty"`
+}
