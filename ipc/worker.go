@@ -140,7 +140,7 @@ func (w *Worker) read() {
 		if err != nil {
 			reason = err.Error()
 		}
-		w.startDrain(Drain{Deadline: time.Now(), Reason: reason})
+		w.startDrain(Drain{Reason: reason})
 		return
 	}
 }
@@ -176,8 +176,8 @@ func (w *Worker) SendStats(s Stats) error { return w.conn.Send(TypeStats, s) }
 // it is gone (its end of the socket closed). DrainInfo then says until when.
 func (w *Worker) Draining() <-chan struct{} { return w.draining }
 
-// DrainInfo returns the drain order. Valid once Draining is closed; when the
-// supervisor is gone its Deadline is the moment that was noticed.
+// DrainInfo returns the drain order, waiting for it. When the supervisor is
+// gone the Deadline is zero: the worker picks its own.
 func (w *Worker) DrainInfo() Drain {
 	<-w.draining
 	return w.drain

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/baton-proxy/baton/supervisor"
+)
+
+// printStatus writes st as tables for people.
+func printStatus(out io.Writer, st *supervisor.Status, now time.Time) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	state := "running"
+	if st.Stopping {
+		state = "stopping"
+	}
+	fmt.Fprintf(w, "baton %s, pid %d, %s, up %s, active generation %d\n\n",
+		st.Version, st.PID, state, now.Sub(st.StartedAt).Round(time.Second), st.ActiveGeneration)
+
+	fmt.Fprintln(w, "LISTENER\tADDRESS\tPROTOCOL\tSOCKETS\tREUSEPORT\tACCEPT QUEUE")
+	for _, l := range st.Listeners {
+		q := "-"
+		if len(l.AcceptQueue) > 0 {
+			parts := make([]string, len(l.AcceptQueue))
+			for i, n := range l.AcceptQueue {
+				parts[i] = strconv.Itoa(n)
+			}
+			q = strings.Join(parts, ",") + " / " + strconv.Itoa(l.Backlog)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%t\t%s\n", l.Name, l.Address, l.Protocol, l.Sockets, l.ReusePort, q)
+	}
+
+	fmt.Fprintln(w, "\nGENERATION\tSTATE\tSLOT\tPID\tWORKER\tUP\tRESTARTS\tCONNS\tREQUESTS")
+	for i := len(st.Generations) - 1; i >= 0; i-- {
+		g := st.Generations[i]
+		if g.State == supervisor.GenExited || g.State == supervisor.GenFailed {
+			if len(st.Generations)-i > 5 {
+				continue // only the recent finished ones
+			}
+		}
+		for j, wk := range g.Workers {
+			id, gs := "", ""
+			if j == 0 {
+				id, gs = strconv.FormatUint(g.ID, 10), g.State.String()
+			}
+			up := "-"
+			if wk.State == supervisor.WorkerReady || wk.State == supervisor.WorkerDraining || wk.State == supervisor.WorkerStarting {
+				up = now.Sub(wk.StartedAt).Round(time.Second).String()
+			}
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\n", id, gs, wk.Slot, wk.PID, wk.State, up, wk.Restarts, wk.Connections, wk.Requests)
+		}
+		if g.Reason != "" {
+			fmt.Fprintf(w, "\t\treason: %s\n", g.Reason)
+		}
+	}
+
+	fmt.Fprintln(w, "\nHANDOFF\tWHEN\tTRIGGER\tFROM\tTO\tOUTCOME\tSPAWN\tREADY\tDRAIN\tREASON")
+	hs := st.Handoffs
+	if len(hs) > 10 {
+		hs = hs[len(hs)-10:]
+	}
+	for _, h := range hs {
+		drain := "-"
+		if h.DrainMs != nil {
+			drain = fmt.Sprintf("%dms", *h.DrainMs)
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%s\t%dms\t%dms\t%s\t%s\n", h.ID, h.StartedAt.Local().Format("15:04:05"), h.Trigger, h.From, h.To, h.Outcome, h.SpawnMs, h.ReadyMs, drain, h.Reason)
+	}
+	return w.Flush()
+}

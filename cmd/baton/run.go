@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/supervisor"
+	"github.com/urfave/cli/v2"
+	"go.uber.org/zap"
+)
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "run",
+		Usage: "run the supervisor and its workers",
+		Description: `Opens the listeners, starts a generation of workers, and supervises them.
+SIGHUP (or 'baton reload') starts a new generation from the config and the
+binary on disk; the old one drains once the new one is ready. SIGTERM or
+SIGINT stops gracefully; a second one stops at once.`,
+		Flags: []cli.Flag{configFlag()},
+		Action: func(c *cli.Context) error {
+			path := c.String("config")
+			if path == "" {
+				return errors.New("run: --config FILE is required")
+			}
+			log, err := newLogger(c)
+			if err != nil {
+				return err
+			}
+			defer log.Sync()
+			return runSupervisor(c, path, log)
+		},
+	}
+}
+
+func runSupervisor(c *cli.Context, path string, log *zap.Logger) error {
+	sup, err := supervisor.New(supervisor.Options{
+		Load:    func() (*supervisor.Config, error) { return loadSupervisorConfig(path) },
+		Env:     []string{"BATON_LOG_FORMAT=" + c.String("log-format"), "BATON_LOG_LEVEL=" + c.String("log-level")},
+		Logger:  log,
+		Version: version,
+	})
+	if err != nil {
+		return err
+	}
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(signals)
+	handled := make(chan struct{})
+	go func() {
+		defer close(handled)
+		stops := 0
+		for {
+			select {
+			case sig := <-signals:
+				log.Info("signal", zap.String("signal", sig.String()))
+				if sig == syscall.SIGHUP {
+					sup.ReloadAsync("signal")
+					continue
+				}
+				stops++
+				sup.Stop(stops > 1)
+			case <-sup.Done():
+				return
+			}
+		}
+	}()
+	err = sup.Run(context.Background())
+	<-handled
+	return err
+}
+
+// loadSupervisorConfig reads the config file and gives the supervisor its
+// part; the whole config travels to the workers as the payload.
+func loadSupervisorConfig(path string) (*supervisor.Config, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	payload, err := cfg.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("encode config for workers: %w", err)
+	}
+	sc := &supervisor.Config{
+		ControlSocket: cfg.ControlSocket,
+		Workers:       cfg.Workers,
+		ReadyTimeout:  cfg.ReadyTimeout.Std(),
+		DrainTimeout:  cfg.DrainTimeout.Std(),
+		StopTimeout:   cfg.StopTimeout.Std(),
+		Payload:       payload,
+	}
+	for _, l := range cfg.Listeners {
+		network, address, err := l.Network()
+		if err != nil {
+			return nil, err // Load validated it
+		}
+		sc.Listeners = append(sc.Listeners, supervisor.ListenerSpec{
+			Name:      l.Name,
+			Network:   network,
+			Address:   address,
+			Protocol:  l.Protocol,
+			ReusePort: l.ReusePort,
+			Sockets:   l.Sockets,
+		})
+	}
+	return sc, nil
+}

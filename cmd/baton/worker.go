@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/baton-proxy/baton/ipc"
+	"github.com/baton-proxy/baton/proxy"
+	"github.com/urfave/cli/v2"
+	"go.uber.org/zap"
+)
+
+func workerCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "worker",
+		Usage:  "run as a worker of a baton supervisor (started by 'baton run')",
+		Hidden: true,
+		Action: func(c *cli.Context) error {
+			base, err := newLogger(c)
+			if err != nil {
+				return err
+			}
+			defer base.Sync()
+			// The supervisor decides when workers stop: a terminal's ^C or
+			// a HUP meant for it must not reach them. SIGTERM drains.
+			signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+			defer stop()
+
+			w, err := ipc.Connect()
+			if err != nil {
+				return err
+			}
+			defer w.Close()
+			h := w.Hello()
+			log := base.Named("worker").With(zap.Uint64("generation", h.Generation), zap.Int("slot", h.Slot), zap.Int("pid", os.Getpid()))
+			if err := proxy.RunWorker(ctx, w, log); err != nil {
+				log.Error("worker failed", zap.Error(err))
+				return err
+			}
+			return nil
+		},
+	}
+}

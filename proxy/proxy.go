@@ -1,0 +1,140 @@
+// Package proxy is baton's worker: an HTTP (1.1 and h2c) and TCP reverse
+// proxy serving on the listeners a supervisor hands it.
+//
+// A Proxy is built from one config and never changes: a new config is a new
+// generation of workers. Draining is one-way: once Drain starts, every
+// HTTP/1 response asks the client to close, and no listener accepts again.
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/ipc"
+	"go.uber.org/zap"
+)
+
+// Proxy is one worker's proxy.
+type Proxy struct {
+	cfg      *config.Config
+	log      *zap.Logger
+	router   *router
+	backends map[string]*backend
+	https    []*httpFrontend
+	tcps     []*tcpFrontend
+	draining atomic.Bool
+	stats    counters
+	buffers  bufferPool
+}
+
+// counters are the worker's statistics, reported to the supervisor.
+type counters struct {
+	conns    atomic.Int64
+	accepted atomic.Uint64
+	requests atomic.Uint64
+	errors   atomic.Uint64
+}
+
+// New compiles cfg's backends and routes.
+func New(cfg *config.Config, log *zap.Logger) *Proxy {
+	p := &Proxy{cfg: cfg, log: log, backends: make(map[string]*backend)}
+	for _, bc := range cfg.Backends {
+		b := newBackend(bc)
+		b.proxy = p.newReverseProxy(b)
+		p.backends[bc.Name] = b
+	}
+	p.router = newRouter(cfg, p.backends)
+	return p
+}
+
+// Serve starts serving on the listeners the supervisor handed over. Each
+// must be a listener of the config, and every listener of the config must
+// have at least one socket. Serve returns once every socket is being
+// accepted on.
+func (p *Proxy) Serve(listeners []ipc.Listener) error {
+	got := make(map[string][]net.Listener)
+	for _, l := range listeners {
+		got[l.Name] = append(got[l.Name], l.Listeners...)
+	}
+	for name := range got {
+		if p.listenerConfig(name) == nil {
+			return fmt.Errorf("listener %q handed over is not in the config", name)
+		}
+	}
+	for _, lc := range p.cfg.Listeners {
+		lns := got[lc.Name]
+		if len(lns) == 0 {
+			return fmt.Errorf("listener %q: no socket handed over", lc.Name)
+		}
+		switch lc.Protocol {
+		case config.ProtocolHTTP:
+			f := newHTTPFrontend(lc.Name, p)
+			p.https = append(p.https, f)
+			f.serve(lns)
+		case config.ProtocolTCP:
+			rt := p.router.match(lc.Name, "", "")
+			f := newTCPFrontend(lc.Name, p, rt.backend)
+			p.tcps = append(p.tcps, f)
+			f.serve(lns)
+		}
+	}
+	return nil
+}
+
+func (p *Proxy) listenerConfig(name string) *config.Listener {
+	for i := range p.cfg.Listeners {
+		if p.cfg.Listeners[i].Name == name {
+			return &p.cfg.Listeners[i]
+		}
+	}
+	return nil
+}
+
+// Drain stops accepting and finishes every connection, and returns when
+// none is left or ctx ends (when it closes what is left).
+func (p *Proxy) Drain(ctx context.Context) {
+	p.draining.Store(true)
+	for _, f := range p.https {
+		f.stopAccepting()
+	}
+	for _, f := range p.tcps {
+		f.stopAccepting()
+	}
+	var wg sync.WaitGroup
+	for _, f := range p.https {
+		wg.Go(func() { f.drain(ctx, p.cfg.HTTP.DrainIdleGrace.Std()) })
+	}
+	for _, f := range p.tcps {
+		wg.Go(func() { f.drain(ctx) })
+	}
+	wg.Wait()
+	for _, b := range p.backends {
+		b.close()
+	}
+}
+
+// Stats returns the worker's counters.
+func (p *Proxy) Stats() ipc.Stats {
+	return ipc.Stats{
+		Connections: p.stats.conns.Load(),
+		Accepted:    p.stats.accepted.Load(),
+		Requests:    p.stats.requests.Load(),
+		Errors:      p.stats.errors.Load(),
+	}
+}
+
+// bufferPool recycles the ReverseProxy's copy buffers.
+type bufferPool struct{ pool sync.Pool }
+
+func (bp *bufferPool) Get() []byte {
+	if b, ok := bp.pool.Get().(*[]byte); ok {
+		return *b
+	}
+	return make([]byte, 32<<10)
+}
+
+func (bp *bufferPool) Put(b []byte) { bp.pool.Put(&b) }

@@ -1,0 +1,137 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+
+	"go.uber.org/zap"
+)
+
+// tcpFrontend proxies raw TCP streams from one listener to a backend.
+type tcpFrontend struct {
+	name    string
+	p       *Proxy
+	backend *backend
+	lns     []net.Listener
+	serving sync.WaitGroup // accept loops
+	streams sync.WaitGroup // proxied streams
+
+	mu      sync.Mutex            // protects conns and closing
+	conns   map[net.Conn]net.Conn // client to upstream (nil while dialing)
+	closing bool                  // drain deadline passed: close, do not start
+}
+
+func newTCPFrontend(name string, p *Proxy, b *backend) *tcpFrontend {
+	return &tcpFrontend{name: name, p: p, backend: b, conns: make(map[net.Conn]net.Conn)}
+}
+
+func (f *tcpFrontend) serve(lns []net.Listener) {
+	f.lns = lns
+	for _, ln := range lns {
+		f.serving.Add(1)
+		go f.acceptLoop(ln)
+	}
+}
+
+func (f *tcpFrontend) acceptLoop(ln net.Listener) {
+	defer f.serving.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			f.p.log.Error("accept", zap.String("listener", f.name), zap.Error(err))
+			return
+		}
+		f.p.stats.accepted.Add(1)
+		f.p.stats.conns.Add(1)
+		f.mu.Lock()
+		f.conns[c] = nil
+		f.mu.Unlock()
+		f.streams.Add(1)
+		go f.proxy(c)
+	}
+}
+
+// proxy copies one stream both ways, passing half-closes along, until both
+// directions have ended.
+func (f *tcpFrontend) proxy(c net.Conn) {
+	defer f.streams.Done()
+	defer func() {
+		c.Close()
+		f.mu.Lock()
+		delete(f.conns, c)
+		f.mu.Unlock()
+		f.p.stats.conns.Add(-1)
+	}()
+	f.p.stats.requests.Add(1)
+	up, err := f.backend.dial(context.Background())
+	if err != nil {
+		f.p.stats.errors.Add(1)
+		f.p.log.Debug("tcp upstream", zap.String("listener", f.name), zap.Error(err))
+		return
+	}
+	defer up.Close()
+	f.mu.Lock()
+	closing := f.closing
+	f.conns[c] = up
+	f.mu.Unlock()
+	if closing {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.Copy(up, c)
+		closeWrite(up)
+	}()
+	io.Copy(c, up)
+	closeWrite(c)
+	<-done
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	} else {
+		c.Close()
+	}
+}
+
+func (f *tcpFrontend) stopAccepting() {
+	for _, ln := range f.lns {
+		ln.Close()
+	}
+	f.serving.Wait()
+}
+
+// drain lets the streams finish; at ctx's end it closes them.
+func (f *tcpFrontend) drain(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		f.streams.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		f.mu.Lock()
+		f.closing = true
+		for c, up := range f.conns {
+			c.Close()
+			if up != nil {
+				up.Close()
+			}
+		}
+		f.mu.Unlock()
+		<-done
+	}
+}

@@ -1,0 +1,158 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/baton-proxy/baton/ipc"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// requestTimeout bounds reading a control request.
+const requestTimeout = 10 * time.Second
+
+// Control commands.
+const (
+	CommandStatus = "status"
+	CommandReload = "reload"
+	CommandStop   = "stop"
+)
+
+// listenControl opens the control socket: mode 0600 in a directory created
+// 0700 when missing. A socket file left by a dead supervisor is replaced; a
+// live one is an error.
+func listenControl(path string) (*net.UnixListener, error) {
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("control socket directory: %w", err)
+		}
+	}
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("control socket %s: another baton is running", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("control socket %s: remove stale socket: %w", path, err)
+	}
+	old := unix.Umask(0o177) // the socket is created 0600 from the start
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	return ln, nil
+}
+
+// serveControl answers control connections until ln is closed.
+func (s *Supervisor) serveControl(ln *net.UnixListener) {
+	defer s.owned.Done()
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.log.Error("control socket accept", zap.Error(err))
+			}
+			return
+		}
+		s.owned.Add(1)
+		go s.serveControlConn(c)
+	}
+}
+
+// serveControlConn answers one request from a peer of our own uid (or root).
+func (s *Supervisor) serveControlConn(c *net.UnixConn) {
+	defer s.owned.Done()
+	defer c.Close()
+	uid, err := peerUID(c)
+	if err != nil || (uid != os.Geteuid() && uid != 0) {
+		s.log.Warn("control socket: peer refused", zap.Int("uid", uid), zap.Error(err))
+		writeResponse(c, ipc.Response{Error: "permission denied"})
+		return
+	}
+	c.SetReadDeadline(time.Now().Add(requestTimeout))
+	fr, err := ipc.ReadFrame(c)
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			writeResponse(c, ipc.Response{Error: err.Error()})
+		}
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	var req ipc.Request
+	if fr.Type != ipc.TypeRequest {
+		err = fmt.Errorf("%w: %s on the control socket", ipc.ErrUnexpected, fr.Type)
+	} else {
+		err = fr.Unmarshal(&req)
+	}
+	if err != nil {
+		writeResponse(c, ipc.Response{Error: err.Error()})
+		return
+	}
+	writeResponse(c, s.command(req))
+}
+
+func (s *Supervisor) command(req ipc.Request) ipc.Response {
+	switch req.Command {
+	case CommandStatus:
+		st, ok := s.Status()
+		if !ok {
+			return ipc.Response{Error: ErrStopping.Error()}
+		}
+		return result(true, "", st)
+	case CommandReload:
+		h := s.Reload("control")
+		if h.Outcome != OutcomeOK {
+			return result(false, fmt.Sprintf("reload %s: %s", h.Outcome, h.Reason), h)
+		}
+		return result(true, "", h)
+	case CommandStop:
+		s.Stop(false)
+		<-s.done
+		return ipc.Response{OK: true}
+	}
+	return ipc.Response{Error: fmt.Sprintf("unknown command %q", req.Command)}
+}
+
+func result(ok bool, errText string, v any) ipc.Response {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ipc.Response{Error: err.Error()}
+	}
+	return ipc.Response{OK: ok, Error: errText, Result: b}
+}
+
+func writeResponse(c net.Conn, r ipc.Response) {
+	c.SetWriteDeadline(time.Now().Add(requestTimeout))
+	ipc.WriteFrame(c, ipc.TypeResponse, r)
+}
+
+// peerUID returns the uid of the process at the other end of c.
+func peerUID(c *net.UnixConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return -1, err
+	}
+	if cerr != nil {
+		return -1, cerr
+	}
+	return int(cred.Uid), nil
+}

@@ -1,0 +1,482 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/baton-proxy/baton/ipc"
+	"go.uber.org/zap"
+)
+
+// generation is Workers processes started from one config and one binary.
+type generation struct {
+	id            uint64
+	state         GenState
+	cfg           *Config
+	plan          *plan // sockets it holds; nil once released
+	binary        string
+	startedAt     time.Time
+	reason        string // why it failed
+	readyDeadline time.Time
+	drainStart    time.Time
+	drainDeadline time.Time
+	handoff       *handoff // the handoff that started it
+	drainedBy     *handoff // the handoff that made it drain, if any
+	slots         []*slot
+	log           *zap.Logger
+}
+
+// slot is one worker place in a generation; in the active generation a dead
+// worker is restarted in its slot.
+type slot struct {
+	gen           *generation
+	index         int
+	state         WorkerState
+	proc          *proc // the running process; nil when none
+	pid           int   // the last process's pid
+	restarts      int
+	failures      int // consecutive short-lived runs, for the backoff
+	startedAt     time.Time
+	readyDeadline time.Time
+	restartAt     time.Time
+	failReason    string // what the worker said in a failed message
+	stats         ipc.Stats
+}
+
+// proc is one worker process and its socket. Two goroutines serve it: one
+// reads its messages, one waits for its exit; both end when it exits.
+type proc struct {
+	slot      *slot
+	p         Process
+	conn      *ipc.Conn
+	startedAt time.Time
+	exited    bool
+}
+
+func (sl *slot) log() *zap.Logger {
+	return sl.gen.log.With(zap.Int("slot", sl.index), zap.Int("pid", sl.pid))
+}
+
+// live reports whether any process of g runs or waits to restart.
+func (g *generation) live() bool {
+	for _, sl := range g.slots {
+		if sl.proc != nil || sl.state == WorkerBackoff {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *generation) allReady() bool {
+	for _, sl := range g.slots {
+		if sl.state != WorkerReady {
+			return false
+		}
+	}
+	return true
+}
+
+// startGeneration acquires the sockets for cfg and launches a generation
+// for handoff h. It reports false, with h decided, when nothing could start.
+func (s *Supervisor) startGeneration(cfg *Config, h *handoff) bool {
+	st := &s.state
+	p, err := st.sockets.acquire(cfg.Listeners, cfg.Workers)
+	if err != nil {
+		s.finishHandoff(h, OutcomeRefused, err.Error())
+		return false
+	}
+	st.nextGen++
+	g := &generation{
+		id:        st.nextGen,
+		state:     GenStarting,
+		cfg:       cfg,
+		plan:      p,
+		binary:    s.opts.Binary,
+		startedAt: time.Now(),
+		handoff:   h,
+	}
+	g.log = s.log.With(zap.Uint64("generation", g.id))
+	h.To = g.id
+	st.starting = g
+	st.gens = append(st.gens, g)
+	s.trimHistory()
+	g.log.Info("starting generation", zap.Int("workers", cfg.Workers), zap.String("trigger", h.Trigger))
+	for i := range cfg.Workers {
+		sl := &slot{gen: g, index: i}
+		g.slots = append(g.slots, sl)
+	}
+	for _, sl := range g.slots {
+		if err := s.launch(sl); err != nil {
+			s.failGeneration(g, err.Error())
+			return st.active != nil
+		}
+	}
+	h.SpawnMs = ms(time.Since(h.StartedAt))
+	g.readyDeadline = time.Now().Add(cfg.ReadyTimeout)
+	return true
+}
+
+// launch starts a process in sl and sends it its hello.
+func (s *Supervisor) launch(sl *slot) error {
+	g := sl.gen
+	conn, child, err := ipc.NewPair()
+	if err != nil {
+		return fmt.Errorf("worker %d: %w", sl.index, err)
+	}
+	env := append(os.Environ(), s.opts.Env...)
+	env = append(env, ipc.EnvFD+"=3")
+	spec := LaunchSpec{
+		Path:   g.binary,
+		Args:   append([]string{g.binary}, s.opts.Args...),
+		Env:    env,
+		IPC:    child,
+		Stdout: os.Stdout,
+		Stderr: os.Stderr,
+	}
+	process, err := s.opts.Launcher.Launch(spec)
+	child.Close() // the worker holds its own copy now
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("worker %d: %w", sl.index, err)
+	}
+	p := &proc{slot: sl, p: process, conn: conn, startedAt: time.Now()}
+	sl.proc = p
+	sl.pid = process.Pid()
+	sl.state = WorkerStarting
+	sl.startedAt = p.startedAt
+	sl.readyDeadline = p.startedAt.Add(g.cfg.ReadyTimeout)
+	sl.failReason = ""
+	sl.stats = ipc.Stats{}
+	s.owned.Add(2)
+	go s.readProc(p)
+	go s.waitProc(p)
+
+	hello, files := helloFor(sl)
+	if err := conn.Send(ipc.TypeHello, hello, files...); err != nil {
+		// The process is gone or broken; its exit decides what follows.
+		sl.log().Warn("sending hello failed; killing worker", zap.Error(err))
+		p.kill()
+	}
+	sl.log().Debug("worker launched")
+	return nil
+}
+
+// helloFor builds sl's hello and the descriptors that go with it.
+func helloFor(sl *slot) (ipc.Hello, []*os.File) {
+	g := sl.gen
+	hello := ipc.Hello{Generation: g.id, Slot: sl.index, Workers: len(g.slots), Config: g.cfg.Payload}
+	var files []*os.File
+	for _, pl := range g.plan.listeners {
+		idx := socketsForSlot(sl.index, len(g.slots), len(pl.group.sockets))
+		hello.Listeners = append(hello.Listeners, ipc.ListenerInfo{
+			Name:     pl.spec.Name,
+			Network:  pl.group.network,
+			Address:  pl.group.address,
+			Protocol: pl.spec.Protocol,
+			Sockets:  idx,
+		})
+		for _, i := range idx {
+			files = append(files, pl.group.sockets[i].file)
+		}
+	}
+	return hello, files
+}
+
+// readProc forwards p's messages to the loop until its socket ends.
+func (s *Supervisor) readProc(p *proc) {
+	defer s.owned.Done()
+	for {
+		fr, files, err := p.conn.Receive()
+		for _, f := range files {
+			f.Close()
+		}
+		if err == nil && len(files) > 0 {
+			err = fmt.Errorf("%w: descriptors with %s", ipc.ErrUnexpected, fr.Type)
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.send(procBroken{p: p, err: err})
+			}
+			return
+		}
+		if !s.send(procMessage{p: p, fr: fr}) {
+			return
+		}
+	}
+}
+
+// waitProc waits for p to exit and tells the loop.
+func (s *Supervisor) waitProc(p *proc) {
+	defer s.owned.Done()
+	err := p.p.Wait()
+	p.conn.Close() // ends readProc if the worker's socket outlived it
+	// The loop runs until every process has exited, so this is delivered.
+	s.send(procExit{p: p, err: err})
+}
+
+func (p *proc) kill() {
+	if !p.exited {
+		p.p.Signal(syscall.SIGKILL)
+	}
+}
+
+func (s *Supervisor) handleMessage(p *proc, fr ipc.Frame) {
+	sl := p.slot
+	if sl.proc != p || p.exited {
+		return
+	}
+	switch fr.Type {
+	case ipc.TypeReady:
+		if sl.state != WorkerStarting {
+			return
+		}
+		sl.state = WorkerReady
+		sl.log().Info("worker ready", zap.Duration("after", time.Since(sl.startedAt)))
+		g := sl.gen
+		if g.state == GenStarting && g.allReady() {
+			s.promote(g)
+		}
+	case ipc.TypeFailed:
+		var m ipc.Failed
+		if err := fr.Unmarshal(&m); err != nil {
+			s.handleBroken(p, err)
+			return
+		}
+		sl.failReason = m.Reason
+		sl.log().Error("worker failed", zap.String("reason", m.Reason))
+		if sl.gen.state == GenStarting {
+			s.failGeneration(sl.gen, fmt.Sprintf("worker %d (pid %d) failed: %s", sl.index, sl.pid, m.Reason))
+		} else {
+			p.kill()
+		}
+	case ipc.TypeStats:
+		var m ipc.Stats
+		if err := fr.Unmarshal(&m); err != nil {
+			s.handleBroken(p, err)
+			return
+		}
+		sl.stats = m
+	default:
+		s.handleBroken(p, fmt.Errorf("%w: %s from a worker", ipc.ErrUnexpected, fr.Type))
+	}
+}
+
+// handleBroken treats a protocol error as the worker's failure.
+func (s *Supervisor) handleBroken(p *proc, err error) {
+	sl := p.slot
+	if sl.proc != p || p.exited {
+		return
+	}
+	sl.log().Error("bad message from worker; killing it", zap.Error(err))
+	sl.failReason = err.Error()
+	if sl.gen.state == GenStarting {
+		s.failGeneration(sl.gen, fmt.Sprintf("worker %d (pid %d): %v", sl.index, sl.pid, err))
+		return
+	}
+	p.kill()
+}
+
+func (s *Supervisor) handleExit(p *proc, err error) {
+	p.exited = true
+	sl := p.slot
+	g := sl.gen
+	if sl.proc == p {
+		sl.proc = nil
+	}
+	status := exitString(err)
+	switch {
+	case g.state == GenStarting:
+		why := sl.failReason
+		if why == "" {
+			why = status
+		}
+		sl.log().Error("worker exited before ready", zap.String("status", status))
+		s.failGeneration(g, fmt.Sprintf("worker %d (pid %d) exited before ready: %s", sl.index, sl.pid, why))
+		sl.state = WorkerFailed
+	case g.state == GenActive && !s.state.stopping:
+		up := time.Since(p.startedAt)
+		if up >= StableAfter {
+			sl.failures = 0
+		}
+		delay := backoff(sl.failures)
+		sl.failures++
+		sl.state = WorkerBackoff
+		sl.restartAt = time.Now().Add(delay)
+		sl.log().Warn("worker of the active generation died; restarting it", zap.String("status", status), zap.Duration("after", up), zap.Duration("backoff", delay))
+	case g.state == GenDraining || g.state == GenActive:
+		sl.state = WorkerExited
+		sl.log().Info("worker exited", zap.String("status", status))
+	default:
+		sl.state = WorkerFailed
+	}
+	s.settle(g)
+}
+
+// backoff returns the wait before restart number n (from 0).
+func backoff(n int) time.Duration {
+	d := MinRestartBackoff
+	for range n {
+		d *= 2
+		if d >= MaxRestartBackoff {
+			return MaxRestartBackoff
+		}
+	}
+	return d
+}
+
+func exitString(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	var ee interface{ ExitCode() int }
+	if errors.As(err, &ee) && ee.ExitCode() >= 0 {
+		return "exit status " + strconv.Itoa(ee.ExitCode())
+	}
+	return err.Error()
+}
+
+// restart launches a new process in a slot of the active generation.
+func (s *Supervisor) restart(sl *slot) {
+	sl.restarts++
+	if err := s.launch(sl); err != nil {
+		delay := backoff(sl.failures)
+		sl.failures++
+		sl.state = WorkerBackoff
+		sl.restartAt = time.Now().Add(delay)
+		sl.log().Error("restarting worker failed", zap.Error(err), zap.Duration("backoff", delay))
+		return
+	}
+	sl.log().Info("worker restarted", zap.Int("restarts", sl.restarts))
+}
+
+// promote makes g, all ready, the active generation and drains the old one.
+func (s *Supervisor) promote(g *generation) {
+	st := &s.state
+	old := st.active
+	g.state = GenActive
+	st.active = g
+	st.starting = nil
+	st.cfg = g.cfg
+	h := g.handoff
+	h.ReadyMs = ms(time.Since(h.StartedAt))
+	g.log.Info("generation active", zap.Int64("readyMs", h.ReadyMs))
+	if old != nil {
+		old.drainedBy = h
+		s.drain(old, fmt.Sprintf("handoff to generation %d", g.id), time.Now().Add(g.cfg.DrainTimeout))
+	}
+	s.finishHandoff(h, OutcomeOK, "")
+	s.runPending()
+}
+
+// failGeneration kills a starting generation; the active one keeps serving.
+func (s *Supervisor) failGeneration(g *generation, reason string) {
+	st := &s.state
+	if g.state != GenStarting {
+		return
+	}
+	g.state = GenFailed
+	g.reason = reason
+	if st.starting == g {
+		st.starting = nil
+	}
+	g.log.Error("generation failed; the previous one keeps serving", zap.String("reason", reason))
+	for _, sl := range g.slots {
+		if sl.proc != nil {
+			sl.proc.kill()
+		}
+		sl.state = WorkerFailed
+	}
+	s.finishHandoff(g.handoff, OutcomeFailed, reason)
+	s.settle(g)
+	if st.active == nil && !st.stopping {
+		// Nothing to roll back to: the first generation failed.
+		st.runErr = fmt.Errorf("%w: %s", ErrStartFailed, reason)
+		st.stopping = true
+		s.refusePending()
+		return
+	}
+	s.runPending()
+}
+
+// drain tells every worker of g to drain before deadline.
+func (s *Supervisor) drain(g *generation, reason string, deadline time.Time) {
+	g.state = GenDraining
+	g.drainStart = time.Now()
+	g.drainDeadline = deadline
+	g.log.Info("draining generation", zap.String("reason", reason), zap.Time("deadline", deadline))
+	msg := ipc.Drain{Deadline: deadline, Reason: reason}
+	for _, sl := range g.slots {
+		switch {
+		case sl.proc != nil:
+			sl.state = WorkerDraining
+			if err := sl.proc.conn.Send(ipc.TypeDrain, msg); err != nil {
+				sl.log().Warn("sending drain failed; killing worker", zap.Error(err))
+				sl.proc.kill()
+			}
+		case sl.state == WorkerBackoff:
+			sl.state = WorkerExited
+		}
+	}
+	s.settle(g)
+}
+
+// killDraining kills what is left of g at its drain deadline.
+func (s *Supervisor) killDraining(g *generation) {
+	n := 0
+	var conns int64
+	for _, sl := range g.slots {
+		if sl.proc != nil {
+			n++
+			conns += sl.stats.Connections
+			sl.proc.kill()
+		}
+	}
+	g.log.Warn("drain timeout: killing workers that are still busy", zap.Int("workers", n), zap.Int64("connections", conns))
+	g.drainDeadline = time.Time{}
+}
+
+// settle finishes g once its processes are gone: a draining generation
+// becomes exited, and a finished one releases its sockets.
+func (s *Supervisor) settle(g *generation) {
+	if g.live() {
+		return
+	}
+	if g.state == GenDraining {
+		g.state = GenExited
+		d := ms(time.Since(g.drainStart))
+		if g.drainedBy != nil {
+			g.drainedBy.DrainMs = &d
+		}
+		g.log.Info("generation drained", zap.Int64("drainMs", d))
+	}
+	if (g.state == GenExited || g.state == GenFailed) && g.plan != nil {
+		s.state.sockets.release(g.plan)
+		g.plan = nil
+	}
+}
+
+// trimHistory forgets the oldest finished generations beyond HistoryLength.
+func (s *Supervisor) trimHistory() {
+	st := &s.state
+	finished := 0
+	for _, g := range st.gens {
+		if g.plan == nil && !g.live() {
+			finished++
+		}
+	}
+	kept := st.gens[:0]
+	for _, g := range st.gens {
+		if finished > HistoryLength && g.plan == nil && !g.live() {
+			finished--
+			continue
+		}
+		kept = append(kept, g)
+	}
+	st.gens = kept
+}

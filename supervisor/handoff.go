@@ -1,0 +1,178 @@
+package supervisor
+
+import (
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// handoff is a Handoff in progress and the callers waiting for its outcome.
+type handoff struct {
+	Handoff
+	replies []chan Handoff
+}
+
+func (s *Supervisor) newHandoff(trigger string, coalesced int) *handoff {
+	st := &s.state
+	h := &handoff{Handoff: Handoff{
+		ID:        len(st.handoffs) + 1,
+		Trigger:   trigger,
+		Outcome:   OutcomePending,
+		Coalesced: coalesced,
+		StartedAt: time.Now(),
+	}}
+	if st.active != nil {
+		h.From = st.active.id
+	}
+	if n := len(st.handoffs); n > 0 {
+		h.ID = st.handoffs[n-1].ID + 1
+	}
+	st.handoffs = append(st.handoffs, h)
+	if len(st.handoffs) > HistoryLength {
+		st.handoffs = st.handoffs[len(st.handoffs)-HistoryLength:]
+	}
+	return h
+}
+
+// finishHandoff records h's outcome and answers everyone waiting for it.
+func (s *Supervisor) finishHandoff(h *handoff, outcome Outcome, reason string) {
+	h.Outcome = outcome
+	h.Reason = reason
+	h.DurationMs = ms(time.Since(h.StartedAt))
+	fields := []zap.Field{
+		zap.Int("handoff", h.ID), zap.Uint64("from", h.From), zap.Uint64("to", h.To),
+		zap.String("trigger", h.Trigger), zap.String("outcome", string(outcome)),
+		zap.Int64("durationMs", h.DurationMs), zap.Int64("spawnMs", h.SpawnMs), zap.Int64("readyMs", h.ReadyMs),
+	}
+	if outcome == OutcomeOK {
+		s.log.Info("handoff done", fields...)
+	} else {
+		s.log.Error("handoff "+string(outcome), append(fields, zap.String("reason", reason))...)
+	}
+	for _, r := range h.replies {
+		if r != nil {
+			r <- h.Handoff
+		}
+	}
+	h.replies = nil
+}
+
+// handleReload starts a reload now, or queues it behind the one running.
+func (s *Supervisor) handleReload(ev reloadEvent) {
+	st := &s.state
+	if st.stopping {
+		h := s.newHandoff(ev.trigger, 1)
+		h.replies = append(h.replies, ev.reply)
+		s.finishHandoff(h, OutcomeRefused, ErrStopping.Error())
+		return
+	}
+	st.pending = append(st.pending, ev)
+	if st.starting == nil {
+		s.runPending()
+	} else {
+		s.log.Info("reload queued behind the running handoff", zap.String("trigger", ev.trigger), zap.Int("queued", len(st.pending)))
+	}
+}
+
+// runPending runs one reload for every request queued: they are coalesced,
+// and each gets the outcome of that one handoff.
+func (s *Supervisor) runPending() {
+	st := &s.state
+	if len(st.pending) == 0 || st.stopping || st.starting != nil {
+		return
+	}
+	evs := st.pending
+	st.pending = nil
+	h := s.newHandoff(evs[0].trigger, len(evs))
+	for _, ev := range evs {
+		h.replies = append(h.replies, ev.reply)
+	}
+	cfg, err := s.opts.Load()
+	if err != nil {
+		s.finishHandoff(h, OutcomeRefused, err.Error())
+		return
+	}
+	if cfg.ControlSocket != st.cfg.ControlSocket {
+		s.log.Warn("controlSocket changes only at restart; keeping the current one", zap.String("current", st.cfg.ControlSocket), zap.String("new", cfg.ControlSocket))
+		cfg.ControlSocket = st.cfg.ControlSocket
+	}
+	s.startGeneration(cfg, h)
+}
+
+// snapshot returns the status the loop's state describes.
+func (s *Supervisor) snapshot() Status {
+	st := &s.state
+	out := Status{
+		PID:       os.Getpid(),
+		Version:   s.opts.Version,
+		StartedAt: st.startedAt,
+		Binary:    s.opts.Binary,
+		Stopping:  st.stopping,
+	}
+	if st.active != nil {
+		out.ActiveGeneration = st.active.id
+	}
+	if g := s.newestPlanned(); g != nil {
+		for _, pl := range g.plan.listeners {
+			ls := ListenerStatus{
+				Name:      pl.spec.Name,
+				Network:   pl.group.network,
+				Address:   pl.group.address,
+				Protocol:  pl.spec.Protocol,
+				ReusePort: pl.group.reusePort,
+				Sockets:   len(pl.group.sockets),
+			}
+			if pl.group.network != "unix" {
+				for _, sock := range pl.group.sockets {
+					depth, limit, err := queueDepth(sock.file)
+					if err == nil {
+						ls.AcceptQueue = append(ls.AcceptQueue, depth)
+						ls.Backlog = limit
+					}
+				}
+			}
+			out.Listeners = append(out.Listeners, ls)
+		}
+	}
+	for _, g := range st.gens {
+		gs := GenerationStatus{ID: g.id, State: g.state, Binary: g.binary, StartedAt: g.startedAt, Reason: g.reason}
+		for _, sl := range g.slots {
+			gs.Workers = append(gs.Workers, WorkerStatus{
+				PID:         sl.pid,
+				Slot:        sl.index,
+				State:       sl.state,
+				Restarts:    sl.restarts,
+				StartedAt:   sl.startedAt,
+				Connections: sl.stats.Connections,
+				Accepted:    sl.stats.Accepted,
+				Requests:    sl.stats.Requests,
+				Errors:      sl.stats.Errors,
+			})
+		}
+		out.Generations = append(out.Generations, gs)
+	}
+	for _, h := range st.handoffs {
+		hc := h.Handoff
+		if hc.DrainMs != nil {
+			d := *hc.DrainMs
+			hc.DrainMs = &d
+		}
+		out.Handoffs = append(out.Handoffs, hc)
+	}
+	return out
+}
+
+// newestPlanned returns the active generation, or failing that the newest
+// one holding sockets.
+func (s *Supervisor) newestPlanned() *generation {
+	if a := s.state.active; a != nil && a.plan != nil {
+		return a
+	}
+	for i := len(s.state.gens) - 1; i >= 0; i-- {
+		if g := s.state.gens[i]; g.plan != nil {
+			return g
+		}
+	}
+	return nil
+}

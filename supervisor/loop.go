@@ -1,0 +1,280 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/baton-proxy/baton/ipc"
+	"go.uber.org/zap"
+)
+
+// loopState is everything the loop owns. Nothing else reads or writes it.
+type loopState struct {
+	startedAt time.Time
+	cfg       *Config // the active generation's config (the first one at start)
+	sockets   *socketTable
+	gens      []*generation // live ones, and the last few finished
+	nextGen   uint64
+	active    *generation
+	starting  *generation
+	handoffs  []*handoff
+	pending   []reloadEvent // reloads asked for while one runs
+	stopping  bool
+	stopAt    time.Time // kill everything left at this time while stopping
+	runErr    error     // what Run returns
+}
+
+// Events the loop handles.
+type (
+	event       any
+	reloadEvent struct {
+		trigger string
+		reply   chan Handoff // nil: nobody waits
+	}
+	stopEvent   struct{ now bool }
+	statusEvent struct{ reply chan Status }
+	// procMessage is a message from a worker process.
+	procMessage struct {
+		p  *proc
+		fr ipc.Frame
+	}
+	// procBroken reports a protocol error on a worker's socket.
+	procBroken struct {
+		p   *proc
+		err error
+	}
+	// procExit reports that a worker process has exited.
+	procExit struct {
+		p   *proc
+		err error
+	}
+)
+
+// Run opens the listeners and the control socket, starts the first
+// generation, and supervises until Stop (or ctx's end, a graceful stop). It
+// returns once every worker has exited and every socket is closed; an error
+// if the first generation could not start.
+func (s *Supervisor) Run(ctx context.Context) error {
+	st := &s.state
+	st.startedAt = time.Now()
+	st.sockets = newSocketTable()
+	defer st.sockets.closeAll()
+
+	cfg, err := s.opts.Load()
+	if err != nil {
+		close(s.done)
+		return err
+	}
+	st.cfg = cfg
+	ctl, err := listenControl(cfg.ControlSocket)
+	if err != nil {
+		close(s.done)
+		return err
+	}
+	s.owned.Add(1)
+	go s.serveControl(ctl)
+	defer func() {
+		ctl.Close()
+		s.owned.Wait()
+	}()
+	stopOnCancel := context.AfterFunc(ctx, func() { s.Stop(false) })
+	defer stopOnCancel()
+
+	h := s.newHandoff("start", 1)
+	if !s.startGeneration(cfg, h) {
+		close(s.done)
+		return fmt.Errorf("%w: %s", ErrStartFailed, h.Reason)
+	}
+	s.log.Info("supervisor started", zap.Int("pid", os.Getpid()), zap.String("control", cfg.ControlSocket), zap.String("binary", s.opts.Binary))
+	s.loop()
+	close(s.done)
+	return st.runErr
+}
+
+// loop handles events and deadlines until a stop has finished.
+func (s *Supervisor) loop() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for !s.finished() {
+		var tick <-chan time.Time
+		if next := s.nextDeadline(); !next.IsZero() {
+			timer.Reset(time.Until(next))
+			tick = timer.C
+		}
+		select {
+		case ev := <-s.events:
+			s.handle(ev)
+		case now := <-tick:
+			s.checkDeadlines(now)
+		}
+	}
+	s.log.Info("supervisor stopped")
+}
+
+func (s *Supervisor) handle(ev event) {
+	switch ev := ev.(type) {
+	case reloadEvent:
+		s.handleReload(ev)
+	case stopEvent:
+		s.handleStop(ev.now)
+	case statusEvent:
+		ev.reply <- s.snapshot()
+	case procMessage:
+		s.handleMessage(ev.p, ev.fr)
+	case procBroken:
+		s.handleBroken(ev.p, ev.err)
+	case procExit:
+		s.handleExit(ev.p, ev.err)
+	default:
+		panic(fmt.Sprintf("supervisor: unknown event %T", ev))
+	}
+}
+
+// finished reports whether a stop has completed: no process is left.
+func (s *Supervisor) finished() bool {
+	if !s.state.stopping {
+		return false
+	}
+	for _, g := range s.state.gens {
+		if g.live() {
+			return false
+		}
+	}
+	return true
+}
+
+// nextDeadline returns the earliest pending deadline, or zero.
+func (s *Supervisor) nextDeadline() time.Time {
+	var next time.Time
+	consider := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	st := &s.state
+	if st.stopping {
+		consider(st.stopAt)
+	}
+	for _, g := range st.gens {
+		switch g.state {
+		case GenStarting:
+			consider(g.readyDeadline)
+		case GenDraining:
+			if g.live() {
+				consider(g.drainDeadline)
+			}
+		case GenActive:
+			for _, sl := range g.slots {
+				switch sl.state {
+				case WorkerStarting:
+					consider(sl.readyDeadline)
+				case WorkerBackoff:
+					consider(sl.restartAt)
+				}
+			}
+		}
+	}
+	return next
+}
+
+// checkDeadlines acts on every deadline that has passed.
+func (s *Supervisor) checkDeadlines(now time.Time) {
+	st := &s.state
+	if st.stopping && !st.stopAt.IsZero() && !now.Before(st.stopAt) {
+		s.killAll("stop timeout")
+		st.stopAt = time.Time{}
+	}
+	for _, g := range st.gens {
+		switch g.state {
+		case GenStarting:
+			if !now.Before(g.readyDeadline) {
+				s.failGeneration(g, s.notReadyReason(g))
+			}
+		case GenDraining:
+			if g.live() && !g.drainDeadline.IsZero() && !now.Before(g.drainDeadline) {
+				s.killDraining(g)
+			}
+		case GenActive:
+			for _, sl := range g.slots {
+				switch {
+				case sl.state == WorkerStarting && !now.Before(sl.readyDeadline):
+					sl.log().Warn("restarted worker not ready in time; killing it", zap.Duration("readyTimeout", g.cfg.ReadyTimeout))
+					sl.proc.kill()
+				case sl.state == WorkerBackoff && !now.Before(sl.restartAt):
+					s.restart(sl)
+				}
+			}
+		}
+	}
+}
+
+func (s *Supervisor) notReadyReason(g *generation) string {
+	for _, sl := range g.slots {
+		if sl.state != WorkerReady {
+			return fmt.Sprintf("worker %d (pid %d) not ready within readyTimeout %s", sl.index, sl.pid, g.cfg.ReadyTimeout)
+		}
+	}
+	return "not ready within readyTimeout"
+}
+
+// handleStop begins a graceful stop, or, the second time or when asked,
+// kills every worker at once.
+func (s *Supervisor) handleStop(now bool) {
+	st := &s.state
+	if st.stopping || now {
+		if !st.stopping {
+			st.stopping = true
+			s.refusePending()
+		}
+		s.log.Warn("stopping now: killing every worker")
+		if st.starting != nil {
+			s.failGeneration(st.starting, "supervisor stopping")
+		}
+		s.killAll("immediate stop")
+		return
+	}
+	st.stopping = true
+	st.stopAt = time.Now().Add(st.cfg.StopTimeout)
+	s.log.Info("stopping: draining every generation", zap.Duration("stopTimeout", st.cfg.StopTimeout))
+	s.refusePending()
+	if st.starting != nil {
+		s.failGeneration(st.starting, "supervisor stopping")
+	}
+	for _, g := range st.gens {
+		switch g.state {
+		case GenActive:
+			s.drain(g, "supervisor stopping", st.stopAt)
+		case GenDraining:
+			if g.drainDeadline.After(st.stopAt) {
+				g.drainDeadline = st.stopAt
+			}
+		}
+	}
+}
+
+func (s *Supervisor) refusePending() {
+	for _, ev := range s.state.pending {
+		h := s.newHandoff(ev.trigger, 1)
+		h.replies = append(h.replies, ev.reply)
+		s.finishHandoff(h, OutcomeRefused, ErrStopping.Error())
+	}
+	s.state.pending = nil
+}
+
+// killAll kills every process and cancels every restart.
+func (s *Supervisor) killAll(why string) {
+	for _, g := range s.state.gens {
+		for _, sl := range g.slots {
+			if sl.proc != nil {
+				sl.log().Warn("killing worker", zap.String("why", why))
+				sl.proc.kill()
+			}
+			if sl.state == WorkerBackoff {
+				sl.state = WorkerExited
+			}
+		}
+		s.settle(g)
+	}
+}

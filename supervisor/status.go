@@ -1,0 +1,83 @@
+package supervisor
+
+import (
+	"time"
+)
+
+// Status is a snapshot of the supervisor, as `baton status -o json` prints it.
+type Status struct {
+	PID              int                `json:"pid"`
+	Version          string             `json:"version,omitempty"`
+	StartedAt        time.Time          `json:"startedAt"`
+	Binary           string             `json:"binary"`
+	ActiveGeneration uint64             `json:"activeGeneration"`
+	Stopping         bool               `json:"stopping"`
+	Listeners        []ListenerStatus   `json:"listeners"`
+	Generations      []GenerationStatus `json:"generations"`
+	Handoffs         []Handoff          `json:"handoffs"`
+}
+
+// ListenerStatus describes one listener of the active (or newest) config.
+type ListenerStatus struct {
+	Name      string `json:"name"`
+	Network   string `json:"network"`
+	Address   string `json:"address"`
+	Protocol  string `json:"protocol,omitempty"`
+	ReusePort bool   `json:"reusePort"`
+	Sockets   int    `json:"sockets"`
+	// AcceptQueue is, per socket, the connections waiting to be accepted
+	// (TCP only).
+	AcceptQueue []int `json:"acceptQueue,omitempty"`
+	// Backlog is the accept queue's limit (TCP only).
+	Backlog int `json:"backlog,omitempty"`
+}
+
+// GenerationStatus describes one generation.
+type GenerationStatus struct {
+	ID        uint64         `json:"id"`
+	State     GenState       `json:"state"`
+	Binary    string         `json:"binary"`
+	StartedAt time.Time      `json:"startedAt"`
+	Reason    string         `json:"reason,omitempty"`
+	Workers   []WorkerStatus `json:"workers"`
+}
+
+// WorkerStatus describes one worker slot.
+type WorkerStatus struct {
+	PID       int         `json:"pid"`
+	Slot      int         `json:"slot"`
+	State     WorkerState `json:"state"`
+	Restarts  int         `json:"restarts"`
+	StartedAt time.Time   `json:"startedAt"`
+	// Connections is the number of client connections open now, as the
+	// worker last reported; Accepted and Requests are its totals.
+	Connections int64  `json:"connections"`
+	Accepted    uint64 `json:"accepted"`
+	Requests    uint64 `json:"requests"`
+	Errors      uint64 `json:"errors"`
+}
+
+// Handoff records one reload: what triggered it, between which generations,
+// how it ended, and how long each phase took.
+type Handoff struct {
+	ID      int     `json:"id"`
+	From    uint64  `json:"from"`
+	To      uint64  `json:"to"`
+	Trigger string  `json:"trigger"`
+	Outcome Outcome `json:"outcome"`
+	Reason  string  `json:"reason,omitempty"`
+	// Coalesced counts the reload requests this handoff answered.
+	Coalesced int       `json:"coalesced"`
+	StartedAt time.Time `json:"startedAt"`
+	// DurationMs is from the request to the outcome.
+	DurationMs int64 `json:"durationMs"`
+	// SpawnMs is until every worker process had started.
+	SpawnMs int64 `json:"spawnMs"`
+	// ReadyMs is until every new worker was ready (the handoff point).
+	ReadyMs int64 `json:"readyMs"`
+	// DrainMs is how long the previous generation took to drain and exit;
+	// null until it has.
+	DrainMs *int64 `json:"drainMs"`
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }

@@ -1,0 +1,200 @@
+// Package supervisor owns baton's listening sockets and worker processes.
+//
+// Invariant: every listening socket stays open, in the supervisor, from the
+// moment a config names it until the last generation that used it has
+// exited; and at any moment each socket of the active generation's listeners
+// has a worker accepting on it, or a worker of that slot being restarted.
+// Connections therefore wait in a kernel accept queue during a handoff or a
+// restart; none is refused or reset.
+//
+// A generation is Workers processes started from one config and one binary:
+//
+//	starting ──all ready──▶ active ──next generation active──▶ draining ──all exited──▶ exited
+//	   │
+//	   └──a worker fails, exits, or misses the ready deadline──▶ failed
+//
+// One goroutine, the loop, owns all of this state; signals, the control
+// socket and the worker processes reach it as events. The supervisor knows
+// nothing of HTTP: what a worker speaks is the worker's business.
+package supervisor
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Defaults for Options.
+const (
+	// DefaultWorkerCommand is the subcommand that makes baton a worker.
+	DefaultWorkerCommand = "worker"
+	// MinRestartBackoff and MaxRestartBackoff bound the wait before a dead
+	// worker of the active generation is restarted; it doubles with each
+	// consecutive failure and resets once a worker stays up StableAfter.
+	MinRestartBackoff = 100 * time.Millisecond
+	MaxRestartBackoff = 5 * time.Second
+	StableAfter       = 10 * time.Second
+	// HistoryLength is how many handoffs and finished generations status
+	// keeps.
+	HistoryLength = 50
+)
+
+// Config is what the supervisor needs of a configuration. Load functions
+// build it from the config file; Payload reaches every worker untouched.
+type Config struct {
+	// ControlSocket is the control socket's path; read at start only.
+	ControlSocket string
+	// Workers is the number of worker processes per generation.
+	Workers int
+	// ReadyTimeout bounds how long a new worker may take to be ready.
+	ReadyTimeout time.Duration
+	// DrainTimeout bounds how long a draining worker may live.
+	DrainTimeout time.Duration
+	// StopTimeout bounds a graceful stop.
+	StopTimeout time.Duration
+	// Listeners are the listening sockets.
+	Listeners []ListenerSpec
+	// Payload is the worker's configuration, sent in its hello.
+	Payload json.RawMessage
+}
+
+// ListenerSpec describes one listener.
+type ListenerSpec struct {
+	Name     string
+	Network  string // tcp, tcp4, tcp6 or unix
+	Address  string
+	Protocol string // opaque; passed to workers
+	// ReusePort opens Sockets sockets in one SO_REUSEPORT group.
+	ReusePort bool
+	// Sockets is the group's size. Zero: Workers when the group is opened,
+	// and whatever size it has on a reload.
+	Sockets int
+}
+
+// Options configure a Supervisor. Load is required.
+type Options struct {
+	// Load reads and validates the configuration. It is called at start
+	// and at every reload; an error refuses the reload.
+	Load func() (*Config, error)
+	// Binary is the worker binary. Default: this process's executable, as
+	// named at start (so that a binary replaced on disk is picked up).
+	Binary string
+	// Args are the worker's arguments after the binary. Default:
+	// DefaultWorkerCommand.
+	Args []string
+	// Env is added to the worker's environment (which is this process's).
+	Env []string
+	// Launcher starts workers. Default: ExecLauncher.
+	Launcher Launcher
+	// Logger receives the supervisor's logs. Default: none.
+	Logger *zap.Logger
+	// Version is reported by status.
+	Version string
+}
+
+// Errors.
+var (
+	// ErrStopping refuses a reload that arrives during a stop.
+	ErrStopping = errors.New("supervisor: stopping")
+	// ErrStartFailed is returned by Run when the first generation fails.
+	ErrStartFailed = errors.New("supervisor: first generation failed")
+)
+
+// Supervisor runs generations of workers on sockets it owns.
+type Supervisor struct {
+	opts   Options
+	log    *zap.Logger
+	events chan event
+	done   chan struct{} // closed when the loop has ended
+	owned  sync.WaitGroup
+
+	// The rest is owned by the loop.
+	state loopState
+}
+
+// New returns a supervisor; Run starts it.
+func New(opts Options) (*Supervisor, error) {
+	if opts.Load == nil {
+		return nil, errors.New("supervisor: Options.Load is required")
+	}
+	if opts.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		opts.Binary = exe
+	}
+	if opts.Args == nil {
+		opts.Args = []string{DefaultWorkerCommand}
+	}
+	if opts.Launcher == nil {
+		opts.Launcher = ExecLauncher{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	return &Supervisor{
+		opts:   opts,
+		log:    opts.Logger.Named("supervisor"),
+		events: make(chan event),
+		done:   make(chan struct{}),
+	}, nil
+}
+
+// send delivers ev to the loop, unless the loop has ended.
+func (s *Supervisor) send(ev event) bool {
+	select {
+	case s.events <- ev:
+		return true
+	case <-s.done:
+		return false
+	}
+}
+
+// Reload asks for a reload and waits for its handoff to be decided: ok,
+// failed or refused. Reloads asked for while one runs are coalesced into the
+// next one. trigger says who asked ("signal", "control").
+func (s *Supervisor) Reload(trigger string) Handoff {
+	reply := make(chan Handoff, 1)
+	if !s.send(reloadEvent{trigger: trigger, reply: reply}) {
+		return Handoff{Trigger: trigger, Outcome: OutcomeRefused, Reason: ErrStopping.Error()}
+	}
+	select {
+	case h := <-reply:
+		return h
+	case <-s.done:
+		return Handoff{Trigger: trigger, Outcome: OutcomeRefused, Reason: ErrStopping.Error()}
+	}
+}
+
+// ReloadAsync asks for a reload without waiting (a signal handler's way).
+func (s *Supervisor) ReloadAsync(trigger string) {
+	s.send(reloadEvent{trigger: trigger})
+}
+
+// Stop asks for a graceful stop: the workers drain, then Run returns. A
+// second Stop, or now, kills the workers at once.
+func (s *Supervisor) Stop(now bool) {
+	s.send(stopEvent{now: now})
+}
+
+// Status returns a snapshot of the supervisor's state.
+func (s *Supervisor) Status() (Status, bool) {
+	reply := make(chan Status, 1)
+	if !s.send(statusEvent{reply: reply}) {
+		return Status{}, false
+	}
+	select {
+	case st := <-reply:
+		return st, true
+	case <-s.done:
+		return Status{}, false
+	}
+}
+
+// Done is closed when Run has ended.
+func (s *Supervisor) Done() <-chan struct{} { return s.done }
