@@ -59,6 +59,9 @@ type (
 func (s *Supervisor) Run(ctx context.Context) error {
 	st := &s.state
 	st.startedAt = time.Now()
+	if err := closeOnExecInherited(); err != nil {
+		s.log.Warn("cannot mark inherited descriptors close-on-exec; workers may inherit them", zap.Error(err))
+	}
 	st.sockets = newSocketTable()
 	defer st.sockets.closeAll()
 

@@ -71,6 +71,10 @@ func (t *socketTable) acquire(specs []ListenerSpec, workers int) (*plan, error) 
 	}
 	for _, spec := range specs {
 		key := spec.Network + " " + spec.Address
+		if strings.HasSuffix(spec.Address, ":0") {
+			// Port 0 binds a new port each time: the name tells groups apart.
+			key += " " + spec.Name
+		}
 		g := t.groups[key]
 		want := spec.Sockets
 		if !spec.ReusePort {

@@ -65,7 +65,7 @@ func (c *Config) Validate() error {
 		network, addr, err := l.Network()
 		if err != nil {
 			bad("%s: %v", where, err)
-		} else if other, ok := addresses[network+" "+addr]; ok {
+		} else if other, ok := addresses[network+" "+addr]; ok && !strings.HasSuffix(addr, ":0") {
 			bad("%s: address %s already used by listener %q", where, l.Address, other)
 		} else {
 			addresses[network+" "+addr] = l.Name

@@ -1,0 +1,36 @@
+# baton's build. `make run` runs the example; `make test` runs every test.
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+
+.PHONY: all build run test unit integration vet fmt-check fuzz bench clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/baton ./cmd/baton
+	$(GO) build -o bin/backend ./integration/cmd/backend
+
+# The main job: the supervisor with examples/baton.yaml, proxying to a
+# small local backend that this starts too. ^C stops both.
+run: build
+	./scripts/run-example.sh
+
+# Every test, with the race detector: unit tests, a short fuzz of the ipc
+# decoder, and the integration tests that run the real binary.
+test: vet fmt-check
+	$(GO) test -race -count=1 -timeout 14m ./...
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 10s ./ipc
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 2m ./ipc
+
+clean:
+	rm -rf bin

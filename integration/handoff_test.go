@@ -1,0 +1,131 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-proxy/baton/integration/internal/load"
+	"github.com/baton-proxy/baton/supervisor"
+)
+
+// handoffs is how many consecutive SIGHUP handoffs each configuration
+// runs under load.
+const handoffs = 50
+
+// TestHandoffsUnderLoad is baton's reason to exist: consecutive SIGHUP
+// handoffs while keep-alive clients, new-connection clients, POST clients
+// and TCP streams run, and not one failure, counted as a client that never
+// retries sees it.
+func TestHandoffsUnderLoad(t *testing.T) {
+	for _, tc := range []struct {
+		workers   int
+		reusePort bool
+	}{
+		{1, false},
+		{1, true},
+		{2, false},
+		{2, true},
+	} {
+		t.Run(fmt.Sprintf("workers=%d/reusePort=%t", tc.workers, tc.reusePort), func(t *testing.T) {
+			be := startBackend(t)
+			b := startBaton(t, options{workers: tc.workers, reusePort: tc.reusePort, tcp: true}.configYAML(be))
+			res, hs := handoffsUnderLoad(t, b, handoffs)
+			t.Logf("%d handoffs: %s", len(hs), res)
+			t.Logf("ready ms: %s; drain ms: %s", summarize(hs, readyMs), summarize(hs, drainMs))
+			if n := res.TotalFailures(); n != 0 {
+				t.Errorf("%d failures across %d handoffs: %v by kind %v; first: %q", n, len(hs), res.Failures, res.FailuresByKind, res.Examples)
+			}
+			for _, h := range hs {
+				if h.Outcome != supervisor.OutcomeOK || h.DrainMs == nil {
+					t.Errorf("handoff %d: %s (%s), drained: %t", h.ID, h.Outcome, h.Reason, h.DrainMs != nil)
+				}
+			}
+			if res.Requests < handoffs*10 || res.Streams == 0 {
+				t.Errorf("too little load to show anything: %s", res)
+			}
+		})
+	}
+}
+
+// handoffsUnderLoad runs load against b while sending n SIGHUPs, each after
+// the previous handoff is done and requests have flowed through the new
+// generation. It returns the load's result and the handoffs.
+func handoffsUnderLoad(t *testing.T, b *batonProc, n int) (*load.Result, []supervisor.Handoff) {
+	t.Helper()
+	var progress atomic.Uint64
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan *load.Result, 1)
+	go func() {
+		done <- load.Run(ctx, load.Config{
+			HTTPAddr:   b.address("web"),
+			TCPAddr:    b.address("echo"),
+			Duration:   5 * time.Minute,
+			KeepAlive:  4,
+			NewConn:    2,
+			Post:       2,
+			TCPStreams: 2,
+			StreamLife: 300 * time.Millisecond,
+			Progress:   &progress,
+		})
+	}()
+	waitTraffic := func() {
+		from := progress.Load()
+		waitFor(t, 30*time.Second, "traffic through the proxy", func() bool { return progress.Load() >= from+50 })
+	}
+	waitTraffic()
+	var hs []supervisor.Handoff
+	for range n {
+		hs = append(hs, b.sighup())
+		waitTraffic()
+	}
+	stop()
+	res := <-done
+	// Every old generation drains once its last stream ends; the final
+	// status then has each handoff's drain time.
+	waitFor(t, 60*time.Second, "the old generations to drain", func() bool {
+		for _, g := range b.status().Generations {
+			if g.State == supervisor.GenDraining {
+				return false
+			}
+		}
+		return true
+	})
+	final := b.status().Handoffs
+	if len(final) > len(hs) {
+		final = final[len(final)-len(hs):]
+	}
+	return res, final
+}
+
+func readyMs(h supervisor.Handoff) (int64, bool) { return h.ReadyMs, true }
+func drainMs(h supervisor.Handoff) (int64, bool) {
+	if h.DrainMs == nil {
+		return 0, false
+	}
+	return *h.DrainMs, true
+}
+
+// summarize returns min/median/max of a handoff timing.
+func summarize(hs []supervisor.Handoff, f func(supervisor.Handoff) (int64, bool)) string {
+	var v []int64
+	for _, h := range hs {
+		if x, ok := f(h); ok {
+			v = append(v, x)
+		}
+	}
+	if len(v) == 0 {
+		return "none"
+	}
+	for i := range v {
+		for j := i + 1; j < len(v); j++ {
+			if v[j] < v[i] {
+				v[i], v[j] = v[j], v[i]
+			}
+		}
+	}
+	return fmt.Sprintf("min %d p50 %d max %d (n=%d)", v[0], v[len(v)/2], v[len(v)-1], len(v))
+}

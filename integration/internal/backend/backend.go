@@ -1,0 +1,153 @@
+// Package backend is the upstream that baton's integration tests and
+// benchmarks proxy to: a small HTTP server and a TCP echo server. Every
+// proxy under test reaches the same backend.
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Server is a running backend. Close stops it.
+type Server struct {
+	// Name is returned in the X-Backend header of every response.
+	Name     string
+	HTTPAddr string
+	TCPAddr  string
+	// Requests counts the HTTP requests served.
+	Requests atomic.Uint64
+
+	http  *http.Server
+	hln   net.Listener
+	tln   net.Listener
+	wg    sync.WaitGroup
+	mu    sync.Mutex // protects conns
+	conns map[net.Conn]struct{}
+}
+
+// Start listens on httpAddr and tcpAddr ("" for none; port 0 picks one).
+//
+// HTTP: GET answers "ok"; /size/N answers N bytes; /sleep/D sleeps for the
+// Go duration D first; POST (any path) echoes the body. TCP echoes.
+func Start(name, httpAddr, tcpAddr string) (*Server, error) {
+	s := &Server{Name: name, conns: make(map[net.Conn]struct{})}
+	if httpAddr != "" {
+		ln, err := net.Listen("tcp", httpAddr)
+		if err != nil {
+			return nil, fmt.Errorf("backend http: %w", err)
+		}
+		s.hln, s.HTTPAddr = ln, ln.Addr().String()
+		s.http = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
+		s.wg.Go(func() { s.http.Serve(ln) })
+	}
+	if tcpAddr != "" {
+		ln, err := net.Listen("tcp", tcpAddr)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("backend tcp: %w", err)
+		}
+		s.tln, s.TCPAddr = ln, ln.Addr().String()
+		s.wg.Go(func() { s.acceptTCP(ln) })
+	}
+	return s, nil
+}
+
+var okBody = []byte("ok\n")
+
+// ServeHTTP answers the requests described at Start.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.Requests.Add(1)
+	w.Header().Set("X-Backend", s.Name)
+	if r.Method == http.MethodPost || r.Method == http.MethodPut {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.Write(b)
+		return
+	}
+	path := r.URL.Path
+	switch {
+	case len(path) > 7 && path[:7] == "/sleep/":
+		d, err := time.ParseDuration(path[7:])
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+			return
+		}
+	case len(path) > 6 && path[:6] == "/size/":
+		n, err := strconv.Atoi(path[6:])
+		if err != nil || n < 0 || n > 64<<20 {
+			http.Error(w, "bad size", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		buf := make([]byte, min(n, 32<<10))
+		for n > 0 {
+			k := min(n, len(buf))
+			w.Write(buf[:k])
+			n -= k
+		}
+		return
+	}
+	w.Header().Set("Content-Length", "3")
+	w.Write(okBody)
+}
+
+func (s *Server) acceptTCP(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			return
+		}
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Go(func() {
+			defer func() {
+				s.mu.Lock()
+				delete(s.conns, c)
+				s.mu.Unlock()
+				c.Close()
+			}()
+			io.Copy(c, c)
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.CloseWrite()
+			}
+		})
+	}
+}
+
+// Close stops the servers and waits for their goroutines.
+func (s *Server) Close() error {
+	if s.http != nil {
+		s.http.Close()
+	}
+	if s.tln != nil {
+		s.tln.Close()
+	}
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}

@@ -1,0 +1,173 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-proxy/baton/integration/internal/load"
+	"github.com/baton-proxy/baton/supervisor"
+)
+
+// fdLinks returns what each descriptor of pid points to.
+func fdLinks(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := make(map[string]string)
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil {
+			m[e.Name()] = l
+		}
+	}
+	return m
+}
+
+func sockets(links map[string]string) map[string]bool {
+	s := make(map[string]bool)
+	for _, l := range links {
+		if strings.HasPrefix(l, "socket:") {
+			s[l] = true
+		}
+	}
+	return s
+}
+
+// TestWorkerHoldsOnlyItsDescriptors checks that an idle worker holds its
+// listener sockets and its supervisor socket and nothing else of the
+// supervisor's: not the control socket, not another worker's socket. And
+// that the supervisor's own descriptors do not grow across reloads.
+func TestWorkerHoldsOnlyItsDescriptors(t *testing.T) {
+	be := startBackend(t)
+	b := startBaton(t, options{workers: 2, reusePort: true, sockets: 2, tcp: true}.configYAML(be))
+	sup := b.cmd.Process.Pid
+	for range 3 {
+		b.sighup()
+	}
+	waitFor(t, 30*time.Second, "old generations to exit", func() bool {
+		for _, g := range b.status().Generations {
+			if g.State == supervisor.GenDraining {
+				return false
+			}
+		}
+		return true
+	})
+	supFDs := fdLinks(t, sup)
+	supSockets := sockets(supFDs)
+	workers := b.activeWorkers()
+	seen := make(map[string]int)
+	for _, w := range workers {
+		links := fdLinks(t, w.PID)
+		socks := sockets(links)
+		// Two listeners, one socket each for this slot, and the supervisor
+		// socket: three sockets.
+		if len(socks) != 3 {
+			t.Errorf("worker %d holds %d sockets, want 3 (2 listeners + ipc): %v", w.PID, len(socks), links)
+		}
+		shared := 0
+		for s := range socks {
+			seen[s]++
+			if supSockets[s] {
+				shared++ // a listener, which the supervisor holds too
+			}
+		}
+		if shared != 2 {
+			t.Errorf("worker %d shares %d sockets with the supervisor, want its 2 listeners", w.PID, shared)
+		}
+		for fd, l := range links {
+			switch {
+			case fd == "0" || fd == "1" || fd == "2":
+			case strings.HasPrefix(l, "socket:"), strings.HasPrefix(l, "anon_inode:"):
+			case strings.HasPrefix(l, "/sys/fs/cgroup/"): // the Go runtime reads its CPU limit
+			default:
+				t.Errorf("worker %d holds fd %s -> %s", w.PID, fd, l)
+			}
+		}
+	}
+	for s, n := range seen {
+		if n > 1 && !supSockets[s] {
+			t.Errorf("two workers share %s, which is not a listener", s)
+		}
+	}
+
+	// Reloads must not leak descriptors in the supervisor.
+	for range 10 {
+		b.sighup()
+	}
+	waitFor(t, 30*time.Second, "descriptors back to their count", func() bool {
+		return len(fdLinks(t, sup)) == len(supFDs)
+	})
+}
+
+func TestStopIsGracefulThenImmediate(t *testing.T) {
+	be := startBackend(t)
+	b := startBaton(t, options{workers: 2, drainTimeout: "5m", tcp: true}.configYAML(be))
+	workers := b.activeWorkers()
+	// A stream that would keep a draining worker busy for minutes.
+	done := make(chan *load.Result, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		done <- load.Run(ctx, load.Config{TCPAddr: b.address("echo"), Duration: time.Minute, TCPStreams: 1, StreamLife: time.Minute, StreamInterval: 50 * time.Millisecond})
+	}()
+	waitFor(t, 10*time.Second, "the stream", func() bool {
+		for _, w := range b.activeWorkers() {
+			if w.Connections > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	b.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, 10*time.Second, "the supervisor to report stopping", func() bool {
+		st, err := b.tryStatus()
+		return err == nil && st.Stopping
+	})
+	b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a second SIGTERM did not stop baton at once")
+	}
+	cancel()
+	<-done
+	for _, w := range workers {
+		if processAlive(w.PID) && isBatonWorker(w.PID) {
+			t.Errorf("worker %d outlived the supervisor", w.PID)
+		}
+	}
+	if _, err := os.Stat(b.socket); !os.IsNotExist(err) {
+		t.Errorf("control socket left behind: %v", err)
+	}
+}
+
+func TestGracefulStopExitsZero(t *testing.T) {
+	be := startBackend(t)
+	b := startBaton(t, options{workers: 2}.configYAML(be))
+	workers := b.activeWorkers()
+	out, err := b.ctl("stop")
+	if err != nil || !strings.Contains(out, "stopped") {
+		t.Fatalf("baton stop: %v %s", err, out)
+	}
+	select {
+	case <-b.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("baton did not exit after stop")
+	}
+	if b.exitErr != nil {
+		t.Errorf("baton exited with %v after a graceful stop", b.exitErr)
+	}
+	for _, w := range workers {
+		if processAlive(w.PID) && isBatonWorker(w.PID) {
+			t.Errorf("worker %d outlived the supervisor", w.PID)
+		}
+	}
+}
