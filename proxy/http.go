@@ -55,6 +55,12 @@ func (p *Proxy) newReverseProxy(b *backend) *httputil.ReverseProxy {
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = b.name // RoundTrip puts an address here
 			pr.Out.Host = pr.In.Host
+			// Append the client to the chain it brought, as nginx's
+			// $proxy_add_x_forwarded_for, HAProxy and Envoy do; the
+			// backend decides how many hops it trusts.
+			if prior, ok := pr.In.Header["X-Forwarded-For"]; ok {
+				pr.Out.Header["X-Forwarded-For"] = prior
+			}
 			pr.SetXForwarded()
 		},
 		Transport:     b,

@@ -104,11 +104,12 @@ func (s *Supervisor) runPending() {
 func (s *Supervisor) snapshot() Status {
 	st := &s.state
 	out := Status{
-		PID:       os.Getpid(),
-		Version:   s.opts.Version,
-		StartedAt: st.startedAt,
-		Binary:    s.opts.Binary,
-		Stopping:  st.stopping,
+		PID:            os.Getpid(),
+		Version:        s.opts.Version,
+		StartedAt:      st.startedAt,
+		Binary:         s.opts.Binary,
+		Stopping:       st.stopping,
+		PendingReloads: len(st.pending),
 	}
 	if st.active != nil {
 		out.ActiveGeneration = st.active.id

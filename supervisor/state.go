@@ -32,7 +32,9 @@ func (s GenState) String() string {
 func (s GenState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // UnmarshalText reads a state's name.
-func (s *GenState) UnmarshalText(b []byte) error { return unmarshalName(b, genStateNames[:], (*int)(s)) }
+func (s *GenState) UnmarshalText(b []byte) error {
+	return unmarshalName(b, genStateNames[:], (*int)(s))
+}
 
 // WorkerState is a worker slot's state.
 type WorkerState int

@@ -6,15 +6,18 @@ import (
 
 // Status is a snapshot of the supervisor, as `baton status -o json` prints it.
 type Status struct {
-	PID              int                `json:"pid"`
-	Version          string             `json:"version,omitempty"`
-	StartedAt        time.Time          `json:"startedAt"`
-	Binary           string             `json:"binary"`
-	ActiveGeneration uint64             `json:"activeGeneration"`
-	Stopping         bool               `json:"stopping"`
-	Listeners        []ListenerStatus   `json:"listeners"`
-	Generations      []GenerationStatus `json:"generations"`
-	Handoffs         []Handoff          `json:"handoffs"`
+	PID              int       `json:"pid"`
+	Version          string    `json:"version,omitempty"`
+	StartedAt        time.Time `json:"startedAt"`
+	Binary           string    `json:"binary"`
+	ActiveGeneration uint64    `json:"activeGeneration"`
+	Stopping         bool      `json:"stopping"`
+	// PendingReloads counts reloads waiting for the running handoff; they
+	// will be answered by one more handoff.
+	PendingReloads int                `json:"pendingReloads"`
+	Listeners      []ListenerStatus   `json:"listeners"`
+	Generations    []GenerationStatus `json:"generations"`
+	Handoffs       []Handoff          `json:"handoffs"`
 }
 
 // ListenerStatus describes one listener of the active (or newest) config.

@@ -1,0 +1,159 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const minimal = `
+listeners:
+  - name: web
+    address: 127.0.0.1:8080
+backends:
+  - name: app
+    static: ["127.0.0.1:9000"]
+routes:
+  - listener: web
+    backend: app
+`
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ReadyTimeout.Std() != DefaultReadyTimeout || c.DrainTimeout.Std() != DefaultDrainTimeout || c.Workers != DefaultWorkers {
+		t.Errorf("timeouts/workers not defaulted: %+v", c)
+	}
+	if c.Listeners[0].Protocol != ProtocolHTTP || c.Routes[0].PathPrefix != "/" || c.Backends[0].ConnectTimeout.Std() != DefaultConnectTimeout {
+		t.Errorf("listener/route/backend not defaulted: %+v %+v %+v", c.Listeners[0], c.Routes[0], c.Backends[0])
+	}
+	if !strings.HasPrefix(c.ControlSocket, "/") {
+		t.Errorf("control socket %q", c.ControlSocket)
+	}
+}
+
+func TestContractExample(t *testing.T) {
+	// The example of the contract, key for key.
+	c, err := Parse([]byte(`
+controlSocket: /tmp/x/control.sock
+readyTimeout: 10s
+drainTimeout: 30s
+workers: 2
+listeners:
+  - name: web
+    address: 127.0.0.1:8080
+    protocol: http
+    reusePort: true
+    sockets: 2
+backends:
+  - name: app
+    static: ["127.0.0.1:9000", "127.0.0.1:9001"]
+routes:
+  - listener: web
+    host: ""
+    pathPrefix: /
+    backend: app
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Workers != 2 || c.Listeners[0].Sockets != 2 || !c.Listeners[0].ReusePort || c.ReadyTimeout.Std() != 10*time.Second || len(c.Backends[0].Static) != 2 {
+		t.Errorf("parsed %+v", c)
+	}
+}
+
+func TestRejects(t *testing.T) {
+	for _, tt := range []struct {
+		name, yaml, want string
+	}{
+		{"unknown key", minimal + "workerz: 2\n", "workerz"},
+		{"bad duration", minimal + "drainTimeout: 30\n", "duration must be a string"},
+		{"negative duration", minimal + "readyTimeout: -1s\n", "negative"},
+		{"no listeners", "backends: []\n", "no listeners"},
+		{"workers", minimal + "workers: 1000\n", "workers must be between"},
+		{"route to nowhere", strings.Replace(minimal, "backend: app", "backend: nope", 1), `backend "nope" is not defined`},
+		{"route on no listener", strings.Replace(minimal, "listener: web", "listener: nope", 1), `listener "nope" is not defined`},
+		{"listener without route", strings.Replace(minimal, "backends:", "  - name: api\n    address: 127.0.0.1:8081\nbackends:", 1), `listener "api" has no route`},
+		{"bad address", strings.Replace(minimal, "127.0.0.1:8080", "localhost", 1), "want host:port"},
+		{"bad port", strings.Replace(minimal, "127.0.0.1:8080", "127.0.0.1:99999", 1), "port"},
+		{"sockets without reusePort", strings.Replace(minimal, "address: 127.0.0.1:8080", "address: 127.0.0.1:8080\n    sockets: 2", 1), "needs reusePort"},
+		{"bad protocol", strings.Replace(minimal, "address: 127.0.0.1:8080", "address: 127.0.0.1:8080\n    protocol: udp", 1), "protocol must be"},
+		{"empty static", strings.Replace(minimal, `static: ["127.0.0.1:9000"]`, "static: []", 1), "at least one address"},
+		{"bad static", strings.Replace(minimal, `"127.0.0.1:9000"`, `"nohost"`, 1), "want host:port"},
+		{"prefix without slash", strings.Replace(minimal, "backend: app\n", "backend: app\n    pathPrefix: api\n", 1), "must start with /"},
+		{"duplicate route", minimal + "  - listener: web\n    backend: app\n", "same listener, host and pathPrefix"},
+		{"relative control socket", minimal + "controlSocket: run/ctl.sock\n", "absolute"},
+		{"grace over drain", minimal + "drainTimeout: 1s\nhttp:\n  drainIdleGrace: 2s\n", "shorter than drainTimeout"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Parse = %v, want ErrInvalid mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestTCPListenerRoutes(t *testing.T) {
+	base := `
+listeners:
+  - name: db
+    address: "[::1]:5432"
+    protocol: tcp
+backends:
+  - name: pg
+    static: ["[::1]:15432"]
+routes:
+  - listener: db
+    backend: pg
+`
+	c, err := Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, a, _ := c.Listeners[0].Network(); n != "tcp6" || a != "[::1]:5432" || c.Routes[0].PathPrefix != "" {
+		t.Errorf("network %s %s, prefix %q", n, a, c.Routes[0].PathPrefix)
+	}
+	if _, err := Parse([]byte(base + "  - listener: db\n    backend: pg\n")); err == nil || !strings.Contains(err.Error(), "tcp and already has a route") {
+		t.Errorf("second tcp route: %v", err)
+	}
+	if _, err := Parse([]byte(strings.Replace(base, "backend: pg\n", "backend: pg\n    pathPrefix: /x\n", 1))); err == nil || !strings.Contains(err.Error(), "do not apply") {
+		t.Errorf("tcp route with a path: %v", err)
+	}
+}
+
+func TestMarshalRoundTrip(t *testing.T) {
+	c, err := Parse([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Unmarshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.DrainTimeout != c.DrainTimeout || d.Routes[0] != c.Routes[0] || d.ControlSocket != c.ControlSocket {
+		t.Errorf("round trip %+v != %+v", d, c)
+	}
+}
+
+func TestLoadTooLarge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	if err := os.WriteFile(path, []byte(minimal+"#"+strings.Repeat("x", MaxSize)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Load = %v", err)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Fatal("Load of a missing file succeeded")
+	}
+}

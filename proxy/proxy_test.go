@@ -1,0 +1,333 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/ipc"
+	"go.uber.org/zap/zaptest"
+)
+
+// startProxy serves cfgYAML (with @WEB@ and @TCP@ listeners bound here) and
+// returns the addresses and the proxy.
+func startProxy(t *testing.T, cfgYAML string) (p *Proxy, web, tcp string) {
+	t.Helper()
+	var ls []ipc.Listener
+	bind := func(name string) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, ipc.Listener{ListenerInfo: ipc.ListenerInfo{Name: name}, Listeners: []net.Listener{ln}})
+		return ln.Addr().String()
+	}
+	if strings.Contains(cfgYAML, "@WEB@") {
+		web = bind("web")
+		cfgYAML = strings.ReplaceAll(cfgYAML, "@WEB@", web)
+	}
+	if strings.Contains(cfgYAML, "@TCP@") {
+		tcp = bind("echo")
+		cfgYAML = strings.ReplaceAll(cfgYAML, "@TCP@", tcp)
+	}
+	cfg, err := config.Parse([]byte(cfgYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = New(cfg, zaptest.NewLogger(t))
+	if err := p.Serve(ls); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		p.Drain(ctx)
+	})
+	return p, web, tcp
+}
+
+func webConfig(backends ...string) string {
+	return fmt.Sprintf(`
+controlSocket: /tmp/unused.sock
+http:
+  readHeaderTimeout: 200ms
+  drainIdleGrace: 300ms
+listeners:
+  - name: web
+    address: @WEB@
+backends:
+  - name: app
+    static: [%s]
+    connectTimeout: 1s
+routes:
+  - listener: web
+    backend: app
+`, `"`+strings.Join(backends, `", "`)+`"`)
+}
+
+func hostOf(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
+
+func TestForwardedAndHopByHopHeaders(t *testing.T) {
+	var got http.Header
+	var host string
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, host = r.Header.Clone(), r.Host
+		w.Header().Set("Keep-Alive", "timeout=5")
+		w.Header().Set("X-Kept", "yes")
+	}))
+	defer be.Close()
+	_, web, _ := startProxy(t, webConfig(hostOf(be)))
+
+	req, _ := http.NewRequest("GET", "http://"+web+"/x", nil)
+	req.Host = "shop.example"
+	req.Header.Set("Connection", "X-Hop")
+	req.Header.Set("X-Hop", "1")
+	req.Header.Set("X-Forwarded-For", "203.0.113.9")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if host != "shop.example" {
+		t.Errorf("Host = %q, want the client's", host)
+	}
+	if xff := got.Get("X-Forwarded-For"); xff != "203.0.113.9, 127.0.0.1" {
+		t.Errorf("X-Forwarded-For = %q", xff)
+	}
+	if got.Get("X-Forwarded-Proto") != "http" || got.Get("X-Forwarded-Host") != "shop.example" {
+		t.Errorf("X-Forwarded-Proto/Host = %q %q", got.Get("X-Forwarded-Proto"), got.Get("X-Forwarded-Host"))
+	}
+	if got.Get("X-Hop") != "" {
+		t.Errorf("hop-by-hop header named in Connection reached the backend")
+	}
+	if resp.Header.Get("Keep-Alive") != "" || resp.Header.Get("X-Kept") != "yes" {
+		t.Errorf("response headers: %v", resp.Header)
+	}
+}
+
+func TestConnectFailureMovesToTheNextAddress(t *testing.T) {
+	var hits [2]atomic.Int64
+	var bes []string
+	for i := range 2 {
+		be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits[i].Add(1)
+			io.Copy(w, r.Body)
+		}))
+		defer be.Close()
+		bes = append(bes, hostOf(be))
+	}
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	deadAddr := dead.Addr().String()
+	dead.Close() // connect refused from now on
+	p, web, _ := startProxy(t, webConfig(deadAddr, bes[0], bes[1]))
+	for i := range 30 {
+		body := fmt.Sprintf("post %d", i)
+		resp, err := http.Post("http://"+web+"/", "text/plain", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != body {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, b)
+		}
+	}
+	if hits[0].Load() < 10 || hits[1].Load() < 10 {
+		t.Errorf("round robin skewed: %d / %d", hits[0].Load(), hits[1].Load())
+	}
+	if e := p.Stats().Errors; e != 0 {
+		t.Errorf("%d errors counted", e)
+	}
+}
+
+func TestNoBackendAndNoRoute(t *testing.T) {
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	cfg := strings.Replace(webConfig(deadAddr), "  - listener: web\n    backend: app\n", "  - listener: web\n    pathPrefix: /api\n    backend: app\n", 1)
+	_, web, _ := startProxy(t, cfg)
+	for path, want := range map[string]int{"/api/x": http.StatusBadGateway, "/other": http.StatusNotFound} {
+		resp, err := http.Get("http://" + web + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+}
+
+// rawGet writes a GET on c and reads the response.
+func rawGet(t *testing.T, c net.Conn, br *bufio.Reader) *http.Response {
+	t.Helper()
+	if _, err := fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+func TestDrainClosesKeepAliveConnectionsSafely(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer be.Close()
+	p, web, _ := startProxy(t, webConfig(hostOf(be)))
+
+	active, _ := net.Dial("tcp", web)
+	defer active.Close()
+	abr := bufio.NewReader(active)
+	idle, _ := net.Dial("tcp", web)
+	defer idle.Close()
+	ibr := bufio.NewReader(idle)
+	if rawGet(t, active, abr).Close || rawGet(t, idle, ibr).Close {
+		t.Fatal("Connection: close before draining")
+	}
+
+	drained := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p.Drain(ctx)
+		close(drained)
+	}()
+	waitDraining(t, p)
+
+	// A request on a kept-alive connection during the drain is answered,
+	// with Connection: close, and the connection then ends.
+	resp := rawGet(t, active, abr)
+	if resp.StatusCode != 200 || !resp.Close {
+		t.Errorf("request while draining: %d, close=%t; want 200 with Connection: close", resp.StatusCode, resp.Close)
+	}
+	if _, err := abr.ReadByte(); err != io.EOF {
+		t.Errorf("after Connection: close: %v, want EOF", err)
+	}
+	// An idle one is closed after the grace, without a response.
+	idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := ibr.ReadByte(); err != io.EOF {
+		t.Errorf("idle keep-alive connection: %v, want EOF after the grace", err)
+	}
+	select {
+	case <-drained:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Drain did not return once the connections were gone")
+	}
+	if _, err := net.DialTimeout("tcp", web, time.Second); err == nil {
+		t.Error("a drained proxy still accepts")
+	}
+}
+
+func waitDraining(t *testing.T, p *Proxy) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !p.draining.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("not draining")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestSlowHeadersAreCutOff(t *testing.T) {
+	be := httptest.NewServer(http.NotFoundHandler())
+	defer be.Close()
+	_, web, _ := startProxy(t, webConfig(hostOf(be)))
+	c, err := net.Dial("tcp", web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n") // and never the end
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("slowloris connection not closed by the proxy: %v", err)
+	}
+	if len(b) > 0 && !strings.Contains(string(b), "408") {
+		t.Errorf("answer to a slow request: %q", b)
+	}
+}
+
+func TestH2C(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Proto) }))
+	defer be.Close()
+	p, web, _ := startProxy(t, webConfig(hostOf(be)))
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	client := &http.Client{Transport: &http.Transport{Protocols: &protos}}
+	resp, err := client.Get("http://" + web + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || string(b) != "HTTP/1.1" {
+		t.Fatalf("h2c: client saw %s, backend saw %q", resp.Proto, b)
+	}
+	// Draining sends GOAWAY; the connection ends and Drain returns.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p.Drain(ctx)
+	if ctx.Err() != nil {
+		t.Fatal("Drain waited for the deadline: the h2 connection was not closed")
+	}
+}
+
+func TestTCPProxyPassesHalfClose(t *testing.T) {
+	echo, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				io.Copy(c, c)
+				c.(*net.TCPConn).CloseWrite()
+				c.Close()
+			}()
+		}
+	}()
+	_, _, tcp := startProxy(t, fmt.Sprintf(`
+controlSocket: /tmp/unused.sock
+listeners:
+  - name: echo
+    address: @TCP@
+    protocol: tcp
+backends:
+  - name: echo
+    static: [%q]
+routes:
+  - listener: echo
+    backend: echo
+`, echo.Addr().String()))
+	c, err := net.Dial("tcp", tcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := strings.Repeat("stream ", 10000)
+	go func() {
+		io.WriteString(c, msg)
+		c.(*net.TCPConn).CloseWrite()
+	}()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil || string(b) != msg {
+		t.Fatalf("echo through the proxy: %d bytes, %v", len(b), err)
+	}
+}
