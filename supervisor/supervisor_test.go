@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,7 +180,8 @@ func (h *harness) next() *fakeProc {
 	}
 }
 
-// generation launches n workers, makes them ready, and returns them.
+// readyGeneration takes the next n launched workers, makes them ready, and
+// waits for their generation to be active.
 func (h *harness) readyGeneration(n int) []*fakeProc {
 	h.t.Helper()
 	var ps []*fakeProc
@@ -188,6 +190,9 @@ func (h *harness) readyGeneration(n int) []*fakeProc {
 		p.ready(h.t)
 		ps = append(ps, p)
 	}
+	slices.SortFunc(ps, func(a, b *fakeProc) int { return a.hello.Slot - b.hello.Slot })
+	gen := ps[0].hello.Generation
+	h.waitStatus(fmt.Sprintf("generation %d active", gen), func(st Status) bool { return st.ActiveGeneration == gen })
 	return ps
 }
 
