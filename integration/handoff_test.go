@@ -50,6 +50,20 @@ func TestHandoffsUnderLoad(t *testing.T) {
 	}
 }
 
+// TestHandoffsIPv6 runs handoffs on an IPv6 loopback listener.
+func TestHandoffsIPv6(t *testing.T) {
+	be := startBackend(t)
+	b := startBaton(t, options{workers: 2, reusePort: true, host: "[::1]", tcp: true}.configYAML(be))
+	if addr := b.address("web"); addr[0] != '[' {
+		t.Fatalf("web listens on %s, want [::1]", addr)
+	}
+	res, hs := handoffsUnderLoad(t, b, 10)
+	t.Logf("%d handoffs: %s", len(hs), res)
+	if n := res.TotalFailures(); n != 0 || res.Requests == 0 {
+		t.Errorf("%d failures: %v; first: %q", n, res.Failures, res.Examples)
+	}
+}
+
 // handoffsUnderLoad runs load against b while sending n SIGHUPs, each after
 // the previous handoff is done and requests have flowed through the new
 // generation. It returns the load's result and the handoffs.
@@ -67,8 +81,8 @@ func handoffsUnderLoad(t *testing.T, b *batonProc, n int) (*load.Result, []super
 			KeepAlive:  4,
 			NewConn:    2,
 			Post:       2,
-			TCPStreams: 2,
-			StreamLife: 300 * time.Millisecond,
+			TCPStreams: 4,
+			StreamLife: 2 * time.Second, // each stream outlives many handoffs
 			Progress:   &progress,
 		})
 	}()

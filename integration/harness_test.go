@@ -81,6 +81,7 @@ type options struct {
 	sockets      int
 	readyTimeout string
 	drainTimeout string
+	host         string // listener host; default 127.0.0.1
 	tcp          bool   // add a tcp listener "echo" to the backend's TCP port
 	extra        string // appended to the config
 }
@@ -97,15 +98,18 @@ func (o options) configYAML(be *backend.Server) string {
 	if o.drainTimeout == "" {
 		o.drainTimeout = "30s"
 	}
+	if o.host == "" {
+		o.host = "127.0.0.1"
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "controlSocket: %s\nreadyTimeout: %s\ndrainTimeout: %s\nworkers: %d\n",
 		"@DIR@/run/control.sock", o.readyTimeout, o.drainTimeout, o.workers)
-	fmt.Fprintf(&b, "listeners:\n  - name: web\n    address: 127.0.0.1:0\n    protocol: http\n    reusePort: %t\n", o.reusePort)
+	fmt.Fprintf(&b, "listeners:\n  - name: web\n    address: \"%s:0\"\n    protocol: http\n    reusePort: %t\n", o.host, o.reusePort)
 	if o.sockets > 0 {
 		fmt.Fprintf(&b, "    sockets: %d\n", o.sockets)
 	}
 	if o.tcp {
-		fmt.Fprintf(&b, "  - name: echo\n    address: 127.0.0.1:0\n    protocol: tcp\n    reusePort: %t\n", o.reusePort)
+		fmt.Fprintf(&b, "  - name: echo\n    address: \"%s:0\"\n    protocol: tcp\n    reusePort: %t\n", o.host, o.reusePort)
 		if o.sockets > 0 {
 			fmt.Fprintf(&b, "    sockets: %d\n", o.sockets)
 		}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -98,7 +99,8 @@ func (c *Conn) Send(t Type, v any, files ...*os.File) error {
 }
 
 // Receive returns the next message and the descriptors that came with it
-// (close-on-exec; the caller owns them). At the peer's end it returns io.EOF.
+// (close-on-exec; the caller owns them). Once the peer is gone it returns
+// io.EOF.
 // A malformed message is an error; its descriptors are closed.
 func (c *Conn) Receive() (Frame, []*os.File, error) {
 	c.recvMu.Lock()
@@ -106,7 +108,9 @@ func (c *Conn) Receive() (Frame, []*os.File, error) {
 	n, oobn, flags, _, err := c.uc.ReadMsgUnix(c.buf, c.oob)
 	if err != nil {
 		switch {
-		case errors.Is(err, io.EOF):
+		case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
+			// A peer that exits with a message of ours unread resets
+			// the pair; either way it is gone.
 			return Frame{}, nil, io.EOF
 		case errors.Is(err, net.ErrClosed):
 			return Frame{}, nil, err

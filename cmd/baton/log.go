@@ -38,6 +38,7 @@ func newLogger(c *cli.Context) (*zap.Logger, error) {
 		return nil, fmt.Errorf("--log-format %q: want console, json or auto", format)
 	}
 	cfg.Level = zap.NewAtomicLevelAt(level)
+	cfg.DisableStacktrace = true // errors here are operational, not bugs
 	cfg.DisableCaller = true
 	cfg.Sampling = nil
 	return cfg.Build()
