@@ -32,5 +32,10 @@ fmt-check:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 2m ./ipc
 
+# Side by side with nginx and HAProxy (installed from Debian's packages when
+# missing); writes docs/benchmarks.md. BENCH_QUICK=1 for a short run.
+bench:
+	./scripts/bench.sh
+
 clean:
 	rm -rf bin

@@ -43,6 +43,7 @@ type slot struct {
 	restarts      int
 	failures      int // consecutive short-lived runs, for the backoff
 	startedAt     time.Time
+	readyAt       time.Time
 	readyDeadline time.Time
 	restartAt     time.Time
 	failReason    string // what the worker said in a failed message
@@ -237,7 +238,8 @@ func (s *Supervisor) handleMessage(p *proc, fr ipc.Frame) {
 			return
 		}
 		sl.state = WorkerReady
-		sl.log().Info("worker ready", zap.Duration("after", time.Since(sl.startedAt)))
+		sl.readyAt = time.Now()
+		sl.log().Info("worker ready", zap.Duration("after", sl.readyAt.Sub(sl.startedAt)))
 		g := sl.gen
 		if g.state == GenStarting && g.allReady() {
 			s.promote(g)
@@ -365,6 +367,9 @@ func (s *Supervisor) promote(g *generation) {
 	st.cfg = g.cfg
 	h := g.handoff
 	h.ReadyMs = ms(time.Since(h.StartedAt))
+	for _, sl := range g.slots {
+		h.StartupMs = max(h.StartupMs, ms(sl.readyAt.Sub(sl.startedAt)))
+	}
 	g.log.Info("generation active", zap.Int64("readyMs", h.ReadyMs))
 	if old != nil {
 		old.drainedBy = h

@@ -78,6 +78,9 @@ type Handoff struct {
 	SpawnMs int64 `json:"spawnMs"`
 	// ReadyMs is until every new worker was ready (the handoff point).
 	ReadyMs int64 `json:"readyMs"`
+	// StartupMs is the slowest new worker's start-up, from its launch to
+	// its ready: the part of ReadyMs that is the worker's own.
+	StartupMs int64 `json:"startupMs"`
 	// DrainMs is how long the previous generation took to drain and exit;
 	// null until it has.
 	DrainMs *int64 `json:"drainMs"`

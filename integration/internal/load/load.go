@@ -45,7 +45,8 @@ type Config struct {
 	// PostSize is the POST body size. Default 1024.
 	PostSize int
 	// TCPStreams clients hold TCP streams through the proxy, echoing a
-	// message every StreamInterval, each stream for StreamLife.
+	// message every StreamInterval (default 10ms; negative: back to back),
+	// each stream for StreamLife.
 	TCPStreams     int
 	StreamLife     time.Duration
 	StreamInterval time.Duration
@@ -405,12 +406,17 @@ func streamClient(ctx context.Context, cfg Config, r *recorder) {
 
 func stream(ctx context.Context, cfg Config, c net.Conn, buf []byte, r *recorder) error {
 	end := time.Now().Add(cfg.StreamLife)
-	tick := time.NewTicker(cfg.StreamInterval)
-	defer tick.Stop()
+	var tick <-chan time.Time
+	if cfg.StreamInterval > 0 {
+		t := time.NewTicker(cfg.StreamInterval)
+		defer t.Stop()
+		tick = t.C
+	}
 	want := make([]byte, len(buf))
 	for seq := 0; ; seq++ {
 		msg := fmt.Appendf(want[:0], "%063d\n", seq)
-		c.SetDeadline(time.Now().Add(cfg.Timeout))
+		t0 := time.Now()
+		c.SetDeadline(t0.Add(cfg.Timeout))
 		if _, err := c.Write(msg); err != nil {
 			return err
 		}
@@ -421,13 +427,16 @@ func stream(ctx context.Context, cfg Config, c net.Conn, buf []byte, r *recorder
 			return &badReply{fmt.Sprintf("echo %q, want %q", buf, msg)}
 		}
 		r.echoes++
+		r.hist.Record(time.Since(t0))
 		if r.progress != nil {
 			r.progress.Add(1)
 		}
 		if time.Now().After(end) || over(ctx) {
 			break
 		}
-		<-tick.C
+		if tick != nil {
+			<-tick
+		}
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		if err := tc.CloseWrite(); err != nil {

@@ -1,0 +1,220 @@
+// Command bench measures baton beside nginx and HAProxy, and the backend
+// reached directly, in one run on one machine: failures during reloads under
+// load, throughput and latency, the handoff timeline, and memory. It writes
+// the raw results as JSON and the tables as Markdown.
+//
+// It is run by `make bench` (scripts/bench.sh), which installs the peers.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/baton-proxy/baton/integration/internal/backend"
+	"github.com/baton-proxy/baton/integration/internal/load"
+)
+
+// settings are the sizes of one run; quick mode shrinks them.
+type settings struct {
+	HandoffRun       time.Duration `json:"handoffRunNs"`
+	ReloadEvery      time.Duration `json:"reloadEveryNs"`
+	ThroughputRun    time.Duration `json:"throughputRunNs"`
+	Concurrency      int           `json:"concurrency"`
+	TimelineHandoffs int           `json:"timelineHandoffs"`
+	TimelineWorkers  []int         `json:"timelineWorkers"`
+}
+
+// Results is everything one run measured; docs/benchmarks.json holds the
+// last one.
+type Results struct {
+	Started  time.Time              `json:"started"`
+	Machine  map[string]string      `json:"machine"`
+	Command  string                 `json:"command"`
+	Settings settings               `json:"settings"`
+	Handoffs map[string]handoffRun  `json:"handoffs"`
+	Speed    map[string]speedResult `json:"speed"`
+	Timeline []timelineResult       `json:"timeline"`
+	Memory   map[string]memResult   `json:"memory"`
+	Errors   []string               `json:"errors,omitempty"`
+}
+
+func main() {
+	out := flag.String("out", "docs/benchmarks.md", "Markdown report")
+	raw := flag.String("json", "docs/benchmarks.json", "raw results")
+	bin := flag.String("bin", "bin", "folder with baton and loadgen")
+	quick := flag.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "a short run (BENCH_QUICK=1)")
+	only := flag.String("targets", "direct,baton,nginx,haproxy", "targets to measure")
+	flag.Parse()
+
+	s := settings{HandoffRun: 40 * time.Second, ReloadEvery: 400 * time.Millisecond, ThroughputRun: 10 * time.Second,
+		Concurrency: 32, TimelineHandoffs: 100, TimelineWorkers: []int{1, 2, 4}}
+	if *quick {
+		s = settings{HandoffRun: 12 * time.Second, ReloadEvery: 400 * time.Millisecond, ThroughputRun: 4 * time.Second,
+			Concurrency: 32, TimelineHandoffs: 20, TimelineWorkers: []int{1, 2}}
+	}
+	work, err := os.MkdirTemp("", "baton-bench-")
+	if err != nil {
+		fatal(err)
+	}
+	defer os.RemoveAll(work)
+	absBin, _ := filepath.Abs(*bin)
+	r := &bench{bin: absBin, work: work, s: s, res: &Results{
+		Started:  time.Now().UTC(),
+		Machine:  machine(),
+		Command:  "make bench" + map[bool]string{true: " BENCH_QUICK=1", false: ""}[*quick],
+		Settings: s,
+		Handoffs: map[string]handoffRun{},
+		Speed:    map[string]speedResult{},
+		Memory:   map[string]memResult{},
+	}}
+
+	be, err := backend.Start("bench", backendHTTP, backendTCP)
+	if err != nil {
+		fatal(err)
+	}
+	defer be.Close()
+
+	for _, name := range strings.Split(*only, ",") {
+		r.measureTarget(name)
+	}
+	if strings.Contains(*only, "baton") {
+		r.timeline()
+	}
+	b, _ := json.MarshalIndent(r.res, "", "  ")
+	if err := os.WriteFile(*raw, append(b, '\n'), 0o644); err != nil {
+		fatal(err)
+	}
+	if err := os.WriteFile(*out, []byte(report(r.res)), 0o644); err != nil {
+		fatal(err)
+	}
+	fmt.Printf("wrote %s and %s\n", *out, *raw)
+}
+
+type bench struct {
+	bin, work string
+	s         settings
+	res       *Results
+}
+
+func (b *bench) newTarget(name string, workers int) target {
+	dir := filepath.Join(b.work, fmt.Sprintf("%s-%d", name, workers))
+	os.MkdirAll(dir, 0o700)
+	switch name {
+	case "baton":
+		return &baton{dir: dir, bin: filepath.Join(b.bin, "baton"), workers: workers}
+	case "nginx":
+		return &nginx{dir: dir}
+	case "haproxy":
+		return &haproxy{dir: dir}
+	}
+	return direct{}
+}
+
+func (b *bench) errorf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintln(os.Stderr, "bench:", msg)
+	b.res.Errors = append(b.res.Errors, msg)
+}
+
+// measureTarget runs every measurement of one target, started afresh for
+// each so that one cannot disturb the next.
+func (b *bench) measureTarget(name string) {
+	run := func(what string, fn func(t target) error) {
+		t := b.newTarget(name, 2)
+		fmt.Fprintf(os.Stderr, "bench: %s: %s\n", name, what)
+		if err := t.Start(); err != nil {
+			b.errorf("%s: start: %v", name, err)
+			t.Stop()
+			return
+		}
+		defer t.Stop()
+		if err := fn(t); err != nil {
+			b.errorf("%s: %s: %v", name, what, err)
+		}
+	}
+	run("throughput and latency", func(t target) error {
+		sp, err := b.speed(t)
+		b.res.Speed[name] = sp
+		return err
+	})
+	if name == "direct" {
+		return
+	}
+	run("memory", func(t target) error {
+		m, err := b.memory(t)
+		b.res.Memory[name] = m
+		return err
+	})
+	run("reloads under load", func(t target) error {
+		h, err := b.handoffs(t)
+		b.res.Handoffs[name] = h
+		return err
+	})
+}
+
+// loadgen runs bin/loadgen with args and returns its summary.
+func (b *bench) loadgen(args ...string) (*load.Result, error) {
+	cmd := exec.Command(filepath.Join(b.bin, "loadgen"), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("loadgen %v: %v: %s", args, err, errb.String())
+	}
+	var res load.Result
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		return nil, fmt.Errorf("loadgen output %q: %w", out.String(), err)
+	}
+	return &res, nil
+}
+
+func machine() map[string]string {
+	m := map[string]string{"cpus": fmt.Sprint(runtime.NumCPU()), "go": runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				m["cpu"] = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+				break
+			}
+		}
+	}
+	if out, err := exec.Command("uname", "-r").Output(); err == nil {
+		m["kernel"] = strings.TrimSpace(string(out))
+	}
+	if out, err := exec.Command("/usr/sbin/nginx", "-v").CombinedOutput(); err == nil {
+		m["nginx"] = strings.TrimSpace(strings.TrimPrefix(string(out), "nginx version: "))
+	}
+	if out, err := exec.Command("/usr/sbin/haproxy", "-v").Output(); err == nil {
+		m["haproxy"] = strings.Fields(string(out))[2]
+	}
+	if out, err := exec.Command("wrk", "-v").CombinedOutput(); err == nil || len(out) > 0 {
+		m["wrk"] = strings.Fields(string(out) + " ? ?")[1]
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		m["memory"] = strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(b), "\n", 2)[0], "MemTotal:"))
+	}
+	return m
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+// percentile of sorted values.
+func percentile(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	sort.Float64s(v)
+	i := int(p*float64(len(v)-1) + 0.5)
+	return v[i]
+}

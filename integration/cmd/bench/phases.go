@@ -1,0 +1,316 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/baton-proxy/baton/integration/internal/load"
+)
+
+// handoffRun is one target's reload-under-load result.
+type handoffRun struct {
+	Reloads int          `json:"reloads"` // reloads asked for
+	Done    int          `json:"done"`    // handoffs that happened (baton counts them; peers: asked)
+	Load    *load.Result `json:"load"`
+	// Raw failures per 100 handoffs, and what a client that retries
+	// idempotent requests once would still see.
+	RawPer100     float64 `json:"rawPer100"`
+	RetriedPer100 float64 `json:"retriedPer100"`
+	ReloadErrors  int     `json:"reloadErrors"`
+}
+
+// handoffs runs mixed load while reloading the target every ReloadEvery.
+func (b *bench) handoffs(t target) (handoffRun, error) {
+	var hr handoffRun
+	var before int
+	if bt, ok := t.(*baton); ok {
+		st, err := bt.status()
+		if err != nil {
+			return hr, err
+		}
+		before = len(st.Handoffs)
+	}
+	type result struct {
+		r   *load.Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := b.loadgen("-http", t.HTTPAddr(), "-tcp", t.TCPAddr(), "-duration", b.s.HandoffRun.String(),
+			"-keepalive", "8", "-newconn", "4", "-post", "4", "-tcp-streams", "4", "-stream-life", "2s", "-retry")
+		done <- result{r, err}
+	}()
+	time.Sleep(500 * time.Millisecond) // load running
+	tick := time.NewTicker(b.s.ReloadEvery)
+	defer tick.Stop()
+	end := time.Now().Add(b.s.HandoffRun - 3*time.Second) // the last streams end in the old generation
+	for now := range tick.C {
+		if now.After(end) {
+			break
+		}
+		hr.Reloads++
+		if err := t.Reload(); err != nil {
+			hr.ReloadErrors++
+			fmt.Fprintln(os.Stderr, "bench:", err)
+		}
+	}
+	res := <-done
+	if res.err != nil {
+		return hr, res.err
+	}
+	hr.Load = res.r
+	hr.Done = hr.Reloads
+	if bt, ok := t.(*baton); ok {
+		if st, err := bt.status(); err == nil {
+			hr.Done = 0
+			for _, h := range st.Handoffs[min(before, len(st.Handoffs)):] {
+				if h.Outcome == "ok" {
+					hr.Done++
+				}
+			}
+		}
+	}
+	if hr.Done > 0 {
+		raw := float64(res.r.TotalFailures())
+		hr.RawPer100 = raw * 100 / float64(hr.Done)
+		hr.RetriedPer100 = (raw - float64(res.r.Recovered)) * 100 / float64(hr.Done)
+	}
+	return hr, nil
+}
+
+// speedResult is one target's throughput and latency.
+type speedResult struct {
+	KeepAlive *load.Result `json:"keepAlive"`
+	NewConn   *load.Result `json:"newConn"`
+	TCP       *load.Result `json:"tcp"`
+	Wrk       *wrkResult   `json:"wrk,omitempty"`
+}
+
+func (b *bench) speed(t target) (speedResult, error) {
+	var sp speedResult
+	c := strconv.Itoa(b.s.Concurrency)
+	d := b.s.ThroughputRun.String()
+	var err error
+	// A short warm-up fills connection pools.
+	b.loadgen("-http", t.HTTPAddr(), "-keepalive", c, "-duration", "1s")
+	if sp.KeepAlive, err = b.loadgen("-http", t.HTTPAddr(), "-keepalive", c, "-duration", d); err != nil {
+		return sp, err
+	}
+	if sp.NewConn, err = b.loadgen("-http", t.HTTPAddr(), "-newconn", c, "-duration", d); err != nil {
+		return sp, err
+	}
+	if sp.TCP, err = b.loadgen("-tcp", t.TCPAddr(), "-tcp-streams", c, "-stream-life", "1h", "-stream-interval", "-1ns", "-duration", d); err != nil {
+		return sp, err
+	}
+	sp.Wrk, err = runWrk(t.HTTPAddr(), b.s.Concurrency, b.s.ThroughputRun)
+	return sp, err
+}
+
+// wrkResult is wrk's own measurement, a cross-check of ours.
+type wrkResult struct {
+	RPS    float64 `json:"rps"`
+	P50    float64 `json:"p50Ms"`
+	P99    float64 `json:"p99Ms"`
+	Errors int     `json:"errors"`
+}
+
+var (
+	wrkRPS     = regexp.MustCompile(`Requests/sec:\s+([\d.]+)`)
+	wrkLatency = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([\d.]+)(us|ms|s)`)
+	wrkErrors  = regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)|Non-2xx or 3xx responses: (\d+)`)
+)
+
+func runWrk(addr string, conns int, d time.Duration) (*wrkResult, error) {
+	if _, err := exec.LookPath("wrk"); err != nil {
+		return nil, nil
+	}
+	out, err := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(conns), "-d"+strconv.Itoa(int(d.Seconds()))+"s", "--latency", "http://"+addr+"/").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("wrk: %v: %s", err, out)
+	}
+	s := string(out)
+	w := &wrkResult{}
+	if m := wrkRPS.FindStringSubmatch(s); m != nil {
+		w.RPS, _ = strconv.ParseFloat(m[1], 64)
+	}
+	for _, m := range wrkLatency.FindAllStringSubmatch(s, -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		switch m[3] {
+		case "us":
+			v /= 1000
+		case "s":
+			v *= 1000
+		}
+		if m[1] == "50" {
+			w.P50 = v
+		} else {
+			w.P99 = v
+		}
+	}
+	for _, m := range wrkErrors.FindAllStringSubmatch(s, -1) {
+		for _, x := range m[1:] {
+			n, _ := strconv.Atoi(x)
+			w.Errors += n
+		}
+	}
+	return w, nil
+}
+
+// timelineResult is the handoff timeline of baton with some workers.
+type timelineResult struct {
+	Workers   int       `json:"workers"`
+	Handoffs  int       `json:"handoffs"`
+	Failed    int       `json:"failed"`
+	ReadyP50  float64   `json:"readyP50Ms"`
+	ReadyP99  float64   `json:"readyP99Ms"`
+	StartP50  float64   `json:"startupP50Ms"`
+	StartP99  float64   `json:"startupP99Ms"`
+	DrainP50  float64   `json:"drainP50Ms"`
+	DrainP99  float64   `json:"drainP99Ms"`
+	SpawnP50  float64   `json:"spawnP50Ms"`
+	Overhead  float64   `json:"overheadP50Ms"` // ready - startup: the supervisor's part
+	ReadyList []float64 `json:"-"`
+}
+
+// timeline runs handoffs back to back through `baton reload` (which waits
+// for each), with light keep-alive load, and reads their timings.
+func (b *bench) timeline() {
+	for _, workers := range b.s.TimelineWorkers {
+		fmt.Fprintf(os.Stderr, "bench: baton: timeline with %d workers\n", workers)
+		t := b.newTarget("baton", workers).(*baton)
+		if err := t.Start(); err != nil {
+			b.errorf("timeline %d workers: %v", workers, err)
+			t.Stop()
+			continue
+		}
+		stop := make(chan struct{})
+		loadDone := make(chan struct{})
+		go func() {
+			defer close(loadDone)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b.loadgen("-http", t.HTTPAddr(), "-keepalive", "4", "-duration", "2s")
+			}
+		}()
+		tr := timelineResult{Workers: workers}
+		var ready, startup, spawn, overhead []float64
+		for range b.s.TimelineHandoffs {
+			h, err := t.ReloadWait()
+			if err != nil {
+				tr.Failed++
+				continue
+			}
+			tr.Handoffs++
+			ready = append(ready, float64(h.ReadyMs))
+			startup = append(startup, float64(h.StartupMs))
+			spawn = append(spawn, float64(h.SpawnMs))
+			overhead = append(overhead, float64(h.ReadyMs-h.StartupMs))
+		}
+		close(stop)
+		<-loadDone
+		// Drain times arrive as the old generations exit.
+		var drain []float64
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			st, err := t.status()
+			if err != nil {
+				break
+			}
+			drain = drain[:0]
+			pending := false
+			for _, h := range st.Handoffs {
+				if h.Trigger != "control" || h.Outcome != "ok" {
+					continue
+				}
+				if h.DrainMs == nil {
+					pending = true
+					continue
+				}
+				drain = append(drain, float64(*h.DrainMs))
+			}
+			if !pending {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		tr.ReadyP50, tr.ReadyP99 = percentile(ready, 0.5), percentile(ready, 0.99)
+		tr.StartP50, tr.StartP99 = percentile(startup, 0.5), percentile(startup, 0.99)
+		tr.SpawnP50 = percentile(spawn, 0.5)
+		tr.Overhead = percentile(overhead, 0.5)
+		tr.DrainP50, tr.DrainP99 = percentile(drain, 0.5), percentile(drain, 0.99)
+		b.res.Timeline = append(b.res.Timeline, tr)
+		t.Stop()
+	}
+}
+
+// memResult is a target's memory and descriptors, idle and under load.
+type memResult struct {
+	MasterRSSKiB     int64 `json:"masterRssKiB"`
+	WorkerRSSIdleKiB int64 `json:"workerRssIdleKiB"` // per worker, average
+	WorkerRSSLoadKiB int64 `json:"workerRssLoadKiB"`
+	MasterFDs        int   `json:"masterFds"`
+	WorkerFDsIdle    int   `json:"workerFdsIdle"`
+	WorkerFDsLoad    int   `json:"workerFdsLoad"`
+	Workers          int   `json:"workers"`
+}
+
+func (b *bench) memory(t target) (memResult, error) {
+	var m memResult
+	// Let the workers settle after start.
+	time.Sleep(time.Second)
+	pids := t.PIDs()
+	m.Workers = len(pids["worker"])
+	m.MasterRSSKiB, m.MasterFDs = sumProc(pids["master"])
+	m.WorkerRSSIdleKiB, m.WorkerFDsIdle = avgProc(pids["worker"])
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.loadgen("-http", t.HTTPAddr(), "-keepalive", strconv.Itoa(b.s.Concurrency), "-tcp", t.TCPAddr(), "-tcp-streams", "8", "-stream-life", "1h", "-duration", "4s")
+		done <- err
+	}()
+	time.Sleep(3 * time.Second)
+	m.WorkerRSSLoadKiB, m.WorkerFDsLoad = avgProc(t.PIDs()["worker"])
+	return m, <-done
+}
+
+func sumProc(pids []int) (rss int64, fds int) {
+	for _, p := range pids {
+		r, f := procStats(p)
+		rss += r
+		fds += f
+	}
+	return rss, fds
+}
+
+func avgProc(pids []int) (int64, int) {
+	if len(pids) == 0 {
+		return 0, 0
+	}
+	rss, fds := sumProc(pids)
+	return rss / int64(len(pids)), fds / len(pids)
+}
+
+// procStats returns a process's resident memory in KiB and its open
+// descriptors.
+func procStats(pid int) (rssKiB int64, fds int) {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "VmRSS:") {
+				f := strings.Fields(l)
+				rssKiB, _ = strconv.ParseInt(f[1], 10, 64)
+			}
+		}
+	}
+	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
+		fds = len(ents)
+	}
+	return rssKiB, fds
+}

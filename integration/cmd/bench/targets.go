@@ -1,0 +1,364 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/baton-proxy/baton/ipc"
+	"github.com/baton-proxy/baton/supervisor"
+)
+
+// Ports, all on 127.0.0.1. Each target gets its own so that a lingering
+// socket of one cannot serve another's traffic.
+const (
+	backendHTTP = "127.0.0.1:19000"
+	backendTCP  = "127.0.0.1:19001"
+)
+
+// target is a proxy under test (or the backend itself, "direct").
+type target interface {
+	Name() string
+	// Start runs the target and returns once it serves.
+	Start() error
+	// Reload asks for a zero-downtime reload, the target's own way.
+	Reload() error
+	// Stop stops every process of the target.
+	Stop()
+	HTTPAddr() string
+	TCPAddr() string
+	// PIDs returns the target's processes by role ("master", "worker").
+	PIDs() map[string][]int
+}
+
+// proc is a process a target started, stopped by PID.
+type proc struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func startProc(dir, name string, args ...string) (*proc, error) {
+	logf, err := os.Create(filepath.Join(dir, filepath.Base(name)+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		logf.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// stop sends sig, then SIGKILL to the process group after grace.
+func (p *proc) stop(sig syscall.Signal, grace time.Duration) {
+	if p == nil {
+		return
+	}
+	p.cmd.Process.Signal(sig)
+	select {
+	case <-p.exited:
+	case <-time.After(grace):
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exited
+	}
+}
+
+// waitServing waits until addr accepts connections.
+func waitServing(addr string, p *proc) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if p != nil {
+			select {
+			case <-p.exited:
+				return fmt.Errorf("%s exited at start (see its log)", p.cmd.Path)
+			default:
+			}
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not serving after 30s", addr)
+}
+
+// children returns the child pids of pid.
+func children(pid int) []int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// direct is the backend reached without a proxy: the ceiling.
+type direct struct{}
+
+func (direct) Name() string           { return "direct" }
+func (direct) Start() error           { return nil }
+func (direct) Reload() error          { return errors.New("direct has no reload") }
+func (direct) Stop()                  {}
+func (direct) HTTPAddr() string       { return backendHTTP }
+func (direct) TCPAddr() string        { return backendTCP }
+func (direct) PIDs() map[string][]int { return nil }
+
+// baton runs bin/baton.
+type baton struct {
+	dir, bin string
+	workers  int
+	p        *proc
+}
+
+func (b *baton) Name() string     { return "baton" }
+func (b *baton) HTTPAddr() string { return "127.0.0.1:18080" }
+func (b *baton) TCPAddr() string  { return "127.0.0.1:18081" }
+func (b *baton) socket() string   { return filepath.Join(b.dir, "run", "control.sock") }
+
+func (b *baton) Start() error {
+	cfg := fmt.Sprintf(`controlSocket: %s
+readyTimeout: 10s
+drainTimeout: 30s
+workers: %d
+listeners:
+  - name: web
+    address: %s
+    protocol: http
+    reusePort: true
+  - name: echo
+    address: %s
+    protocol: tcp
+    reusePort: true
+backends:
+  - name: app
+    static: [%q]
+  - name: echo
+    static: [%q]
+routes:
+  - listener: web
+    pathPrefix: /
+    backend: app
+  - listener: echo
+    backend: echo
+`, b.socket(), b.workers, b.HTTPAddr(), b.TCPAddr(), backendHTTP, backendTCP)
+	path := filepath.Join(b.dir, "baton.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	var err error
+	b.p, err = startProc(b.dir, b.bin, "--log-format", "json", "--log-level", "warn", "run", "--config", path)
+	if err != nil {
+		return err
+	}
+	if err := waitServing(b.HTTPAddr(), b.p); err != nil {
+		return err
+	}
+	_, err = b.status()
+	return err
+}
+
+func (b *baton) Reload() error { return b.p.cmd.Process.Signal(syscall.SIGHUP) }
+
+// ReloadWait reloads through the control socket and waits for the outcome.
+func (b *baton) ReloadWait() (supervisor.Handoff, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := ipc.Call(ctx, b.socket(), ipc.Request{Command: supervisor.CommandReload})
+	if err != nil {
+		return supervisor.Handoff{}, err
+	}
+	var h supervisor.Handoff
+	if err := json.Unmarshal(resp.Result, &h); err != nil {
+		return h, err
+	}
+	if !resp.OK {
+		return h, errors.New(resp.Error)
+	}
+	return h, nil
+}
+
+func (b *baton) status() (*supervisor.Status, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := ipc.Call(ctx, b.socket(), ipc.Request{Command: supervisor.CommandStatus})
+	if err != nil {
+		return nil, err
+	}
+	var st supervisor.Status
+	return &st, json.Unmarshal(resp.Result, &st)
+}
+
+func (b *baton) Stop() { b.p.stop(syscall.SIGTERM, 40*time.Second) }
+
+func (b *baton) PIDs() map[string][]int {
+	m := map[string][]int{"master": {b.p.cmd.Process.Pid}}
+	st, err := b.status()
+	if err != nil {
+		return m
+	}
+	for _, g := range st.Generations {
+		if g.ID == st.ActiveGeneration {
+			for _, w := range g.Workers {
+				m["worker"] = append(m["worker"], w.PID)
+			}
+		}
+	}
+	return m
+}
+
+// nginx runs Debian's nginx with its master in the foreground; reload is
+// `nginx -s reload`.
+type nginx struct {
+	dir string
+	p   *proc
+}
+
+func (n *nginx) Name() string     { return "nginx" }
+func (n *nginx) HTTPAddr() string { return "127.0.0.1:28080" }
+func (n *nginx) TCPAddr() string  { return "127.0.0.1:28081" }
+func (n *nginx) conf() string     { return filepath.Join(n.dir, "nginx.conf") }
+
+func (n *nginx) Start() error {
+	stream := ""
+	if _, err := os.Stat("/usr/lib/nginx/modules/ngx_stream_module.so"); err == nil {
+		stream = "load_module /usr/lib/nginx/modules/ngx_stream_module.so;\n"
+	}
+	cfg := stream + fmt.Sprintf(`worker_processes 2;
+daemon off;
+master_process on;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 16384; }
+http {
+    access_log off;
+    keepalive_requests 100000;
+    client_body_temp_path %[1]s/body;
+    proxy_temp_path %[1]s/proxy;
+    upstream app { server %[2]s; keepalive 256; }
+    server {
+        listen %[3]s;
+        location / {
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+        }
+    }
+}
+stream {
+    server { listen %[4]s; proxy_pass %[5]s; }
+}
+`, n.dir, backendHTTP, n.HTTPAddr(), n.TCPAddr(), backendTCP)
+	if err := os.WriteFile(n.conf(), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	var err error
+	n.p, err = startProc(n.dir, "/usr/sbin/nginx", "-c", n.conf(), "-p", n.dir)
+	if err != nil {
+		return err
+	}
+	if err := waitServing(n.HTTPAddr(), n.p); err != nil {
+		return err
+	}
+	return waitServing(n.TCPAddr(), n.p)
+}
+
+func (n *nginx) Reload() error {
+	out, err := exec.Command("/usr/sbin/nginx", "-c", n.conf(), "-p", n.dir, "-s", "reload").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("nginx -s reload: %v: %s", err, out)
+	}
+	return nil
+}
+
+func (n *nginx) Stop() { n.p.stop(syscall.SIGQUIT, 40*time.Second) }
+
+func (n *nginx) PIDs() map[string][]int {
+	return map[string][]int{"master": {n.p.cmd.Process.Pid}, "worker": children(n.p.cmd.Process.Pid)}
+}
+
+// haproxy runs Debian's HAProxy in master-worker mode; reload is SIGUSR2 to
+// the master, which starts a new worker that takes the listeners' fds from
+// the old one (expose-fd listeners): HAProxy's seamless reload.
+type haproxy struct {
+	dir string
+	p   *proc
+}
+
+func (h *haproxy) Name() string     { return "haproxy" }
+func (h *haproxy) HTTPAddr() string { return "127.0.0.1:38080" }
+func (h *haproxy) TCPAddr() string  { return "127.0.0.1:38081" }
+
+func (h *haproxy) Start() error {
+	cfg := fmt.Sprintf(`global
+    master-worker
+    nbthread 2
+    maxconn 100000
+    stats socket %[1]s/admin.sock mode 600 level admin expose-fd listeners
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    timeout http-keep-alive 60s
+frontend web
+    bind %[2]s
+    default_backend app
+backend app
+    http-reuse always
+    server s1 %[3]s
+frontend echo
+    mode tcp
+    bind %[4]s
+    default_backend echo
+backend echo
+    mode tcp
+    server s1 %[5]s
+`, h.dir, h.HTTPAddr(), backendHTTP, h.TCPAddr(), backendTCP)
+	path := filepath.Join(h.dir, "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	var err error
+	h.p, err = startProc(h.dir, "/usr/sbin/haproxy", "-W", "-db", "-f", path)
+	if err != nil {
+		return err
+	}
+	if err := waitServing(h.HTTPAddr(), h.p); err != nil {
+		return err
+	}
+	return waitServing(h.TCPAddr(), h.p)
+}
+
+func (h *haproxy) Reload() error { return h.p.cmd.Process.Signal(syscall.SIGUSR2) }
+
+func (h *haproxy) Stop() { h.p.stop(syscall.SIGUSR1, 40*time.Second) }
+
+func (h *haproxy) PIDs() map[string][]int {
+	return map[string][]int{"master": {h.p.cmd.Process.Pid}, "worker": children(h.p.cmd.Process.Pid)}
+}
