@@ -88,7 +88,7 @@ func handoffsUnderLoad(t *testing.T, b *batonProc, n int) (*load.Result, []super
 	}()
 	waitTraffic := func() {
 		from := progress.Load()
-		waitFor(t, 30*time.Second, "traffic through the proxy", func() bool { return progress.Load() >= from+50 })
+		waitFor(t, 30*time.Second, "traffic through the proxy", func() bool { return progress.Load() >= from+200 })
 	}
 	waitTraffic()
 	var hs []supervisor.Handoff

@@ -28,8 +28,10 @@ type backend struct {
 	addrs     []string
 	next      atomic.Uint32
 	dialer    net.Dialer
-	transport *http.Transport
-	proxy     *httputil.ReverseProxy
+	pools     []*addrPool // HTTP/1.1 keep-alive connections, one pool per address
+	headMax   int
+	transport *http.Transport        // the HTTP/2 frontend's way upstream
+	proxy     *httputil.ReverseProxy // the HTTP/2 frontend's proxy
 }
 
 // dialError marks a failure to connect, before anything was sent upstream.
@@ -38,11 +40,15 @@ type dialError struct{ err error }
 func (e *dialError) Error() string { return e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
-func newBackend(bc config.Backend) *backend {
+func newBackend(bc config.Backend, headMax int) *backend {
 	b := &backend{
-		name:   bc.Name,
-		addrs:  bc.Static,
-		dialer: net.Dialer{Timeout: bc.ConnectTimeout.Std(), KeepAlive: 30 * time.Second},
+		name:    bc.Name,
+		addrs:   bc.Static,
+		dialer:  net.Dialer{Timeout: bc.ConnectTimeout.Std(), KeepAlive: 30 * time.Second},
+		headMax: headMax,
+	}
+	for _, a := range bc.Static {
+		b.pools = append(b.pools, newAddrPool(a, maxIdlePerAddress))
 	}
 	b.transport = &http.Transport{
 		DialContext:           b.dialAddr,
@@ -85,6 +91,28 @@ func (b *backend) dial(ctx context.Context) (net.Conn, error) {
 		}
 	}
 	return nil, fmt.Errorf("backend %s: %w", b.name, errors.Join(errs...))
+}
+
+// conn returns a connection for one request: a pooled one to the next
+// address in turn, else a new one; a failed connect moves on to the next
+// address. fresh skips the pools.
+func (b *backend) conn(ctx context.Context, fresh bool) (*upConn, error) {
+	start := b.first()
+	now := time.Now()
+	var err error
+	for i := range b.pools {
+		p := b.pools[(start+i)%len(b.pools)]
+		if !fresh {
+			if uc := p.get(now); uc != nil {
+				return uc, nil
+			}
+		}
+		var uc *upConn
+		if uc, err = p.dial(ctx, &b.dialer, b.headMax); err == nil {
+			return uc, nil
+		}
+	}
+	return nil, fmt.Errorf("backend %s: %w", b.name, err)
 }
 
 // RoundTrip sends req to the next address in turn, moving on to the next
@@ -137,4 +165,7 @@ func (b *onceBody) Close() error { return nil } // the server closes the real bo
 
 func (b *backend) close() {
 	b.transport.CloseIdleConnections()
+	for _, p := range b.pools {
+		p.closeIdle()
+	}
 }

@@ -1,13 +1,14 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -17,38 +18,234 @@ import (
 // connection has closed.
 const drainPoll = 5 * time.Millisecond
 
-// httpFrontend serves one http listener's sockets: HTTP/1.1 and h2c, through
-// net/http and httputil.ReverseProxy. It is the seam behind which the HTTP
-// path can change.
+// httpFrontend serves one http listener's sockets. HTTP/1.x connections are
+// served by h1conn, one goroutine each, proxying on pooled upstream
+// connections without net/http (the hot path). Connections that open with
+// the HTTP/2 preface (h2c) are handed to a net/http server whose handler is
+// an httputil.ReverseProxy.
 type httpFrontend struct {
-	name     string
-	p        *Proxy
-	srv      *http.Server
-	inflight sync.WaitGroup // handlers running, upgraded connections included
-	serving  sync.WaitGroup // Serve loops running
-	lns      []net.Listener
-	open     atomic.Int64 // connections open (not hijacked)
+	name    string
+	p       *Proxy
+	lns     []net.Listener
+	serving sync.WaitGroup // accept loops
+	conns   sync.WaitGroup // h1conn goroutines
+	// inflight counts HTTP/2 requests and upgraded tunnels.
+	inflight sync.WaitGroup
+	h2       *h2Server
+
+	mu   sync.Mutex // protects live
+	live map[*h1conn]net.Conn
+	pool sync.Pool // of *h1conn, with their buffers
 }
 
 func newHTTPFrontend(name string, p *Proxy) *httpFrontend {
-	f := &httpFrontend{name: name, p: p}
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	h := p.cfg.HTTP
-	f.srv = &http.Server{
-		Handler:           f,
-		ReadHeaderTimeout: h.ReadHeaderTimeout.Std(),
-		IdleTimeout:       h.IdleTimeout.Std(),
-		MaxHeaderBytes:    h.MaxHeaderBytes,
-		Protocols:         &protocols,
-		ConnState:         f.connState,
-		ErrorLog:          zap.NewStdLog(p.log.Named("http").WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
-	}
+	f := &httpFrontend{name: name, p: p, live: make(map[*h1conn]net.Conn)}
+	f.h2 = newH2Server(f)
 	return f
 }
 
-// newReverseProxy returns the reverse proxy in front of backend b.
+// serve accepts on lns until the frontend stops accepting.
+func (f *httpFrontend) serve(lns []net.Listener) {
+	f.lns = lns
+	for _, ln := range lns {
+		f.serving.Add(1)
+		go f.acceptLoop(ln)
+	}
+}
+
+func (f *httpFrontend) acceptLoop(ln net.Listener) {
+	defer f.serving.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			f.p.log.Error("accept", zap.String("listener", f.name), zap.Error(err))
+			time.Sleep(10 * time.Millisecond) // EMFILE and the like
+			continue
+		}
+		f.p.stats.accepted.Add(1)
+		f.p.stats.conns.Add(1)
+		hc := f.newConn(c)
+		f.conns.Add(1)
+		go hc.serve()
+	}
+}
+
+func (f *httpFrontend) newConn(c net.Conn) *h1conn {
+	hc, _ := f.pool.Get().(*h1conn)
+	if hc == nil {
+		hc = &h1conn{f: f, rd: newReader(c, f.p.cfg.HTTP.MaxHeaderBytes), bw: bufio.NewWriterSize(c, writeBufSize)}
+	} else {
+		hc.rd.reset(c)
+		hc.bw.Reset(c)
+	}
+	hc.c = c
+	hc.state.Store(connActive)
+	hc.client = hc.client[:0]
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		hc.client = ta.AddrPort().Addr().Unmap().AppendTo(hc.client)
+	}
+	f.mu.Lock()
+	f.live[hc] = c
+	f.mu.Unlock()
+	return hc
+}
+
+// forget is called by a connection's goroutine as it ends.
+func (f *httpFrontend) forget(hc *h1conn) {
+	f.mu.Lock()
+	delete(f.live, hc)
+	f.mu.Unlock()
+	f.p.stats.conns.Add(-1)
+	if len(hc.rd.buf) == readBufSize { // keep only small buffers
+		hc.c = nil
+		hc.rd.reset(nil)
+		hc.bw.Reset(nil)
+		f.pool.Put(hc)
+	}
+	f.conns.Done()
+}
+
+// stopAccepting closes the frontend's listeners. The sockets stay open in
+// the supervisor and the next generation; only this worker stops taking
+// connections from them.
+func (f *httpFrontend) stopAccepting() {
+	for _, ln := range f.lns {
+		ln.Close()
+	}
+	f.serving.Wait()
+}
+
+// drain finishes the frontend's connections. The proxy's draining flag is
+// set: every response carries Connection: close. Keep-alive connections
+// still idle after grace are closed (a request arriving at that instant is
+// still served); HTTP/2 clients get GOAWAY; in-flight requests and
+// upgraded connections finish. At ctx's end whatever is left is closed.
+func (f *httpFrontend) drain(ctx context.Context, grace time.Duration) {
+	h2done := make(chan struct{})
+	go func() {
+		f.h2.shutdown(ctx)
+		close(h2done)
+	}()
+	end := time.Now().Add(grace)
+	tick := time.NewTicker(drainPoll)
+	for f.liveConns() > 0 && time.Now().Before(end) && ctx.Err() == nil {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+		}
+	}
+	tick.Stop()
+	f.mu.Lock()
+	for hc, c := range f.live {
+		hc.wake(c)
+	}
+	f.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		f.conns.Wait()
+		<-h2done
+		f.inflight.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		f.mu.Lock()
+		for _, c := range f.live {
+			c.Close()
+		}
+		f.mu.Unlock()
+		// Upgraded connections may outlive this; the process exit closes
+		// them, and the goroutine above ends with it.
+	}
+}
+
+func (f *httpFrontend) liveConns() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.live)
+}
+
+// h2Server serves the h2c connections h1conn hands over, with net/http's
+// HTTP/2 server and a ReverseProxy per backend.
+type h2Server struct {
+	f   *httpFrontend
+	srv *http.Server
+	ln  *chanListener
+	wg  sync.WaitGroup
+}
+
+func newH2Server(f *httpFrontend) *h2Server {
+	s := &h2Server{f: f, ln: newChanListener()}
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	s.srv = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: f.p.cfg.HTTP.ReadHeaderTimeout.Std(),
+		IdleTimeout:       f.p.cfg.HTTP.IdleTimeout.Std(),
+		MaxHeaderBytes:    f.p.cfg.HTTP.MaxHeaderBytes,
+		Protocols:         &protocols,
+		ErrorLog:          zap.NewStdLog(f.p.log.Named("http2").WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateClosed || st == http.StateHijacked {
+				f.p.stats.conns.Add(-1)
+			}
+		},
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.srv.Serve(s.ln)
+	}()
+	return s
+}
+
+// hand gives the server a connection that opened with the HTTP/2 preface.
+func (s *h2Server) hand(c net.Conn) bool {
+	s.f.p.stats.conns.Add(1) // the h1conn's count ends with it; this one with the h2 connection
+	if !s.ln.push(c) {
+		s.f.p.stats.conns.Add(-1)
+		return false
+	}
+	return true
+}
+
+// shutdown sends GOAWAY on every connection and waits for their streams.
+func (s *h2Server) shutdown(ctx context.Context) {
+	if err := s.srv.Shutdown(ctx); err != nil {
+		s.srv.Close()
+	}
+	s.wg.Wait()
+}
+
+// ServeHTTP routes an HTTP/2 request to its backend's ReverseProxy.
+func (s *h2Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f := s.f
+	f.inflight.Add(1)
+	defer f.inflight.Done()
+	f.p.stats.requests.Add(1)
+	path := r.RequestURI
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	rt := f.p.router.match(f.name, r.Host, path)
+	if rt == nil {
+		f.p.stats.errors.Add(1)
+		http.Error(w, "baton: Not Found", http.StatusNotFound)
+		return
+	}
+	rt.backend.proxy.ServeHTTP(w, r)
+}
+
+// newReverseProxy returns the HTTP/2 frontend's reverse proxy in front of b.
 func (p *Proxy) newReverseProxy(b *backend) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -68,7 +265,6 @@ func (p *Proxy) newReverseProxy(b *backend) *httputil.ReverseProxy {
 		BufferPool:    &p.buffers,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			p.stats.errors.Add(1)
-			p.closeIfDraining(w.Header(), r)
 			status := http.StatusBadGateway
 			if errors.Is(err, context.DeadlineExceeded) {
 				status = http.StatusGatewayTimeout
@@ -78,105 +274,41 @@ func (p *Proxy) newReverseProxy(b *backend) *httputil.ReverseProxy {
 			}
 			http.Error(w, http.StatusText(status), status)
 		},
-		ModifyResponse: func(resp *http.Response) error {
-			p.closeIfDraining(resp.Header, resp.Request)
-			return nil
-		},
 	}
 }
 
-// ServeHTTP routes a request to its backend.
-func (f *httpFrontend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.inflight.Add(1)
-	defer f.inflight.Done()
-	f.p.stats.requests.Add(1)
-	rt := f.p.router.match(f.name, r.Host, r.URL.Path)
-	if rt == nil {
-		f.p.stats.errors.Add(1)
-		f.p.closeIfDraining(w.Header(), r)
-		http.Error(w, "baton: no route for this host and path", http.StatusNotFound)
-		return
-	}
-	rt.backend.proxy.ServeHTTP(w, r)
+// chanListener is a net.Listener fed by push.
+type chanListener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
 }
 
-// closeIfDraining asks an HTTP/1 client to close its connection after this
-// response, once the worker drains. The client opens its next connection to
-// the new generation; nothing it sent is lost.
-func (p *Proxy) closeIfDraining(h http.Header, r *http.Request) {
-	if p.draining.Load() && r != nil && r.ProtoMajor == 1 {
-		h.Set("Connection", "close")
-	}
+func newChanListener() *chanListener {
+	return &chanListener{conns: make(chan net.Conn), closed: make(chan struct{})}
 }
 
-func (f *httpFrontend) connState(_ net.Conn, s http.ConnState) {
-	switch s {
-	case http.StateNew:
-		f.p.stats.accepted.Add(1)
-		f.p.stats.conns.Add(1)
-		f.open.Add(1)
-	case http.StateClosed, http.StateHijacked:
-		f.p.stats.conns.Add(-1)
-		f.open.Add(-1)
-	}
-}
-
-// serve accepts on lns until the frontend drains.
-func (f *httpFrontend) serve(lns []net.Listener) {
-	f.lns = lns
-	for _, ln := range lns {
-		f.serving.Add(1)
-		go func() {
-			defer f.serving.Done()
-			err := f.srv.Serve(ln)
-			if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-				f.p.log.Error("serve", zap.String("listener", f.name), zap.Error(err))
-			}
-		}()
-	}
-}
-
-// stopAccepting closes the frontend's listeners. The sockets stay open in
-// the supervisor and the next generation; only this worker stops taking
-// connections from them.
-func (f *httpFrontend) stopAccepting() {
-	for _, ln := range f.lns {
-		ln.Close()
-	}
-	f.serving.Wait()
-}
-
-// drain finishes the frontend's connections: every request is answered with
-// Connection: close (the proxy's draining flag is set); keep-alive
-// connections still idle after grace are closed; HTTP/2 clients get GOAWAY;
-// in-flight requests and upgraded connections finish. At ctx's end whatever
-// is left is closed.
-func (f *httpFrontend) drain(ctx context.Context, grace time.Duration) {
-	// A client may be writing a request on an idle keep-alive connection at
-	// this very moment; closing it now would lose that request. During the
-	// grace every request is answered, with Connection: close.
-	// The grace ends early once no connection is left.
-	end := time.Now().Add(grace)
-	tick := time.NewTicker(drainPoll)
-	for f.open.Load() > 0 && time.Now().Before(end) && ctx.Err() == nil {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-		}
-	}
-	tick.Stop()
-	if err := f.srv.Shutdown(ctx); err != nil {
-		f.srv.Close()
-	}
-	done := make(chan struct{})
-	go func() {
-		f.inflight.Wait()
-		close(done)
-	}()
+func (l *chanListener) push(c net.Conn) bool {
 	select {
-	case <-done:
-	case <-ctx.Done():
-		// Upgraded connections outlived the drain; the process exit
-		// closes them, and the goroutine above ends with it.
+	case l.conns <- c:
+		return true
+	case <-l.closed:
+		return false
 	}
 }
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return &net.TCPAddr{} }

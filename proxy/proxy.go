@@ -43,7 +43,7 @@ type counters struct {
 func New(cfg *config.Config, log *zap.Logger) *Proxy {
 	p := &Proxy{cfg: cfg, log: log, backends: make(map[string]*backend)}
 	for _, bc := range cfg.Backends {
-		b := newBackend(bc)
+		b := newBackend(bc, cfg.HTTP.MaxHeaderBytes)
 		b.proxy = p.newReverseProxy(b)
 		p.backends[bc.Name] = b
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"sort"
 	"strings"
 
@@ -32,6 +33,7 @@ type wildcard struct {
 type route struct {
 	host    string
 	prefix  string
+	bprefix []byte // prefix, for matching raw request paths
 	backend *backend
 }
 
@@ -43,7 +45,7 @@ func newRouter(cfg *config.Config, backends map[string]*backend) *router {
 			t = &hostTable{exact: make(map[string][]*route)}
 			r.listeners[rc.Listener] = t
 		}
-		rt := &route{host: strings.ToLower(rc.Host), prefix: rc.PathPrefix, backend: backends[rc.Backend]}
+		rt := &route{host: strings.ToLower(rc.Host), prefix: rc.PathPrefix, bprefix: []byte(rc.PathPrefix), backend: backends[rc.Backend]}
 		switch {
 		case rt.host == "":
 			t.any = append(t.any, rt)
@@ -99,6 +101,58 @@ func (r *router) match(listener, host, path string) *route {
 		}
 	}
 	return firstPrefix(t.any, path)
+}
+
+// matchBytes is match for a request head parsed in place: host and path
+// are the raw bytes, not copied.
+func (r *router) matchBytes(listener string, host, path []byte) *route {
+	t := r.listeners[listener]
+	if t == nil {
+		return nil
+	}
+	host = normalizeHostBytes(host)
+	if needsLower(host) {
+		return r.match(listener, string(host), string(path))
+	}
+	if rt := firstPrefixBytes(t.exact[string(host)], path); rt != nil {
+		return rt
+	}
+	for _, w := range t.wildcards {
+		if len(host) > len(w.suffix) && string(host[len(host)-len(w.suffix):]) == w.suffix {
+			if rt := firstPrefixBytes(w.routes, path); rt != nil {
+				return rt
+			}
+		}
+	}
+	return firstPrefixBytes(t.any, path)
+}
+
+func firstPrefixBytes(rs []*route, path []byte) *route {
+	for _, rt := range rs {
+		if bytes.HasPrefix(path, rt.bprefix) {
+			return rt
+		}
+	}
+	return nil
+}
+
+func normalizeHostBytes(h []byte) []byte {
+	if i := bytes.LastIndexByte(h, ':'); i >= 0 && !bytes.HasSuffix(h, []byte("]")) {
+		h = h[:i]
+	}
+	if len(h) > 0 && h[len(h)-1] == '.' {
+		h = h[:len(h)-1]
+	}
+	return h
+}
+
+func needsLower(h []byte) bool {
+	for _, c := range h {
+		if 'A' <= c && c <= 'Z' {
+			return true
+		}
+	}
+	return false
 }
 
 func firstPrefix(rs []*route, path string) *route {

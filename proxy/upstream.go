@@ -1,0 +1,138 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Upstream keep-alive settings.
+const (
+	// upstreamIdleTimeout closes pooled connections unused this long;
+	// below the common backend keep-alive timeouts (Go, nginx: 60s+) but
+	// not Node's 5s, which the staleness check covers.
+	upstreamIdleTimeout = 30 * time.Second
+	// staleCheckAfter: a pooled connection idle longer than this is probed
+	// (a non-blocking peek) before use, in case the backend closed it.
+	staleCheckAfter = time.Second
+	// upstreamTimeout bounds waiting for an upstream read or write.
+	upstreamTimeout = 60 * time.Second
+)
+
+// upConn is one connection to a backend address, with its buffers.
+type upConn struct {
+	c     net.Conn
+	rd    *reader
+	bw    *bufio.Writer
+	pool  *addrPool
+	idle  time.Time // when it was put back
+	reuse bool      // it served a request before this one
+}
+
+// addrPool holds the idle connections to one address. It is a buffered
+// channel: taking and returning need no lock of ours.
+type addrPool struct {
+	addr string
+	idle chan *upConn
+}
+
+func newAddrPool(addr string, size int) *addrPool {
+	return &addrPool{addr: addr, idle: make(chan *upConn, size)}
+}
+
+// get returns an idle connection that still looks alive, or nil.
+func (p *addrPool) get(now time.Time) *upConn {
+	for {
+		select {
+		case uc := <-p.idle:
+			idle := now.Sub(uc.idle)
+			if idle > upstreamIdleTimeout || (idle > staleCheckAfter && !alive(uc.c)) {
+				uc.c.Close()
+				continue
+			}
+			uc.reuse = true
+			return uc
+		default:
+			return nil
+		}
+	}
+}
+
+// put returns uc to the pool, or closes it when the pool is full.
+func (p *addrPool) put(uc *upConn, now time.Time) {
+	uc.idle = now
+	select {
+	case p.idle <- uc:
+	default:
+		uc.c.Close()
+	}
+}
+
+// closeIdle closes every pooled connection.
+func (p *addrPool) closeIdle() {
+	for {
+		select {
+		case uc := <-p.idle:
+			uc.c.Close()
+		default:
+			return
+		}
+	}
+}
+
+// dial opens a new connection to the pool's address.
+func (p *addrPool) dial(ctx context.Context, d *net.Dialer, headMax int) (*upConn, error) {
+	c, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, &dialError{err}
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	return &upConn{c: c, rd: newReader(c, headMax), bw: bufio.NewWriterSize(c, writeBufSize), pool: p}, nil
+}
+
+// alive peeks at an idle connection without blocking: an idle upstream
+// connection has nothing to say, so EOF or data means it is unusable.
+func alive(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ok = false
+	rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		ok = n < 0 && errors.Is(err, unix.EAGAIN)
+	})
+	return ok
+}
+
+// pendingInput reports whether a client connection has bytes waiting in the
+// kernel, without reading them or blocking (and regardless of deadlines).
+func pendingInput(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	pending := false
+	rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, _ := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		pending = n > 0
+	})
+	return pending
+}
