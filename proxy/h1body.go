@@ -25,7 +25,7 @@ func (bc *bodyCopier) more() error {
 	if err := bc.dst.Flush(); err != nil {
 		return &writeError{err}
 	}
-	bc.src.c.SetReadDeadline(time.Now().Add(bc.timeout))
+	bc.src.extendDeadline(time.Now(), bc.timeout)
 	if err := bc.src.fill(); err != nil {
 		return &readError{err}
 	}
@@ -218,8 +218,10 @@ func chunkSize(line []byte) (int64, bool) {
 // after a protocol switch (WebSocket), passing half-closes along, until
 // both directions end.
 func tunnel(client net.Conn, cr *reader, up net.Conn, ur *reader) {
-	client.SetDeadline(time.Time{})
-	up.SetDeadline(time.Time{})
+	cr.setDeadline(time.Time{})
+	ur.setDeadline(time.Time{})
+	client.SetWriteDeadline(time.Time{})
+	up.SetWriteDeadline(time.Time{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

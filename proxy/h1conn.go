@@ -42,6 +42,7 @@ type h1conn struct {
 
 	state   atomic.Int32
 	closeMu sync.Mutex // serialises the drain's closing with the wake-up
+	wdl     time.Time  // the write deadline last set
 
 	req  reqHead
 	resp respHead
@@ -77,7 +78,11 @@ func (hc *h1conn) readRequestHead(first bool) ([]byte, error) {
 			timeout = cfg.ReadHeaderTimeout.Std()
 		}
 		hc.state.Store(connIdle)
-		hc.c.SetReadDeadline(time.Now().Add(timeout))
+		if first {
+			hc.rd.setDeadline(time.Now().Add(timeout))
+		} else {
+			hc.rd.extendDeadline(time.Now(), timeout)
+		}
 		for {
 			var err error
 			if hc.state.Load() == connClosing {
@@ -103,7 +108,11 @@ func (hc *h1conn) readRequestHead(first bool) ([]byte, error) {
 	if first && bytes.HasPrefix(h2Preface, hc.rd.buffered()[:min(len(hc.rd.buffered()), len(h2Preface))]) {
 		return nil, hc.maybeHTTP2()
 	}
-	hc.c.SetReadDeadline(time.Now().Add(cfg.ReadHeaderTimeout.Std()))
+	if !hc.rd.hasHead() {
+		// A head that does not come in one piece gets ReadHeaderTimeout
+		// from its first byte: a slowloris does not hold the connection.
+		hc.rd.setDeadline(time.Now().Add(cfg.ReadHeaderTimeout.Std()))
+	}
 	return hc.rd.readHead()
 }
 
@@ -113,7 +122,7 @@ func (hc *h1conn) activate() {
 	hc.closeMu.Lock()
 	hc.state.Store(connActive)
 	hc.closeMu.Unlock()
-	hc.c.SetReadDeadline(time.Now().Add(hc.f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
+	hc.rd.setDeadline(time.Now().Add(hc.f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
 }
 
 var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
@@ -129,7 +138,7 @@ func (hc *h1conn) maybeHTTP2() error {
 	if !bytes.HasPrefix(hc.rd.buffered(), h2Preface) {
 		return errMalformed
 	}
-	hc.c.SetReadDeadline(time.Time{})
+	hc.rd.setDeadline(time.Time{})
 	pc := &prefixConn{Conn: hc.c, prefix: append([]byte(nil), hc.rd.buffered()...)}
 	if !hc.f.h2.hand(pc) {
 		return errDraining
@@ -220,7 +229,7 @@ func (hc *h1conn) sendRequest(uc *upConn, firstAttempt bool) error {
 			return &clientError{err}
 		}
 	}
-	uc.c.SetWriteDeadline(time.Now().Add(upstreamTimeout))
+	extendWriteDeadline(uc.c, &uc.wdl, time.Now(), upstreamTimeout)
 	hc.writeRequestHead(uc.bw)
 	hc.out = bodyCopier{src: hc.rd, dst: uc.bw, timeout: hc.f.p.cfg.HTTP.IdleTimeout.Std()}
 	var err error
@@ -230,8 +239,7 @@ func (hc *h1conn) sendRequest(uc *upConn, firstAttempt bool) error {
 	case req.contentLength > 0:
 		err = hc.out.copyN(req.contentLength)
 	}
-	var re *readError
-	if errors.As(err, &re) {
+	if re, ok := err.(*readError); ok {
 		return &clientError{re.err}
 	}
 	if err != nil {
@@ -294,7 +302,7 @@ func (hc *h1conn) writeRequestHead(w *bufio.Writer) {
 // interim (1xx) responses other than 101.
 func (hc *h1conn) readResponseHead(uc *upConn) error {
 	for {
-		uc.c.SetReadDeadline(time.Now().Add(upstreamTimeout))
+		uc.rd.extendDeadline(time.Now(), upstreamTimeout)
 		head, err := uc.rd.readHead()
 		if err != nil {
 			return &readError{err}
@@ -320,7 +328,7 @@ func (hc *h1conn) forwardResponse(uc *upConn) bool {
 	keep := !req.close && !untilEOF && !decode && !p.draining.Load()
 
 	w := hc.bw
-	hc.c.SetWriteDeadline(time.Now().Add(upstreamTimeout))
+	extendWriteDeadline(hc.c, &hc.wdl, time.Now(), upstreamTimeout)
 	w.WriteString("HTTP/1.1 ")
 	w.Write(resp.statusLine)
 	w.Write(crlf)
@@ -426,7 +434,7 @@ func (hc *h1conn) errorResponse(status int, closeConn bool) bool {
 	closeConn = closeConn || p.draining.Load() || hc.req.close
 	text := statusText[status]
 	w := hc.bw
-	hc.c.SetWriteDeadline(time.Now().Add(upstreamTimeout))
+	extendWriteDeadline(hc.c, &hc.wdl, time.Now(), upstreamTimeout)
 	w.WriteString("HTTP/1.1 ")
 	w.WriteString(strconv.Itoa(status))
 	w.WriteByte(' ')
@@ -475,9 +483,14 @@ func (hc *h1conn) headError(err error) {
 func (hc *h1conn) finish() {
 	f := hc.f
 	if hc.c != nil {
-		if cw, ok := hc.c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-			hc.c.SetReadDeadline(time.Now().Add(lingerTimeout))
-			io.Copy(io.Discard, hc.c)
+		// Closing with unread input resets the connection, which can
+		// destroy the last response before the client reads it: then
+		// close our side, and read until the client closes its own.
+		if len(hc.rd.buffered()) > 0 || pendingInput(hc.c) {
+			if cw, ok := hc.c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+				hc.c.SetReadDeadline(time.Now().Add(lingerTimeout))
+				io.Copy(io.Discard, hc.c)
+			}
 		}
 		hc.c.Close()
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"time"
 )
 
 // Read buffer sizes. A connection starts with a small buffer; a request or
@@ -25,8 +26,27 @@ type reader struct {
 	c    net.Conn
 	buf  []byte
 	r, w int
-	max  int // the buffer may grow to this size to hold a head
+	max  int       // the buffer may grow to this size to hold a head
+	dl   time.Time // the read deadline last set on c
 }
+
+// extendDeadline pushes the read deadline to now+timeout, lazily: moving a
+// deadline resets a runtime timer, so it moves only once less than half the
+// timeout is left. A wait thus times out after timeout/2 to timeout.
+func (rd *reader) extendDeadline(now time.Time, timeout time.Duration) {
+	if rd.dl.Sub(now) < timeout/2 {
+		rd.setDeadline(now.Add(timeout))
+	}
+}
+
+// setDeadline sets the read deadline to t.
+func (rd *reader) setDeadline(t time.Time) {
+	rd.dl = t
+	rd.c.SetReadDeadline(t)
+}
+
+// hasHead reports whether a whole head is buffered.
+func (rd *reader) hasHead() bool { return bytes.Contains(rd.buffered(), crlfcrlf) }
 
 func newReader(c net.Conn, max int) *reader {
 	return &reader{c: c, buf: make([]byte, readBufSize), max: max}
@@ -35,6 +55,7 @@ func newReader(c net.Conn, max int) *reader {
 func (rd *reader) reset(c net.Conn) {
 	rd.c = c
 	rd.r, rd.w = 0, 0
+	rd.dl = time.Time{}
 }
 
 // buffered returns the bytes read and not yet consumed.

@@ -86,6 +86,7 @@ func (f *httpFrontend) newConn(c net.Conn) *h1conn {
 		hc.bw.Reset(c)
 	}
 	hc.c = c
+	hc.wdl = time.Time{}
 	hc.state.Store(connActive)
 	hc.client = hc.client[:0]
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {

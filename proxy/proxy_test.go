@@ -20,7 +20,7 @@ import (
 
 // startProxy serves cfgYAML (with @WEB@ and @TCP@ listeners bound here) and
 // returns the addresses and the proxy.
-func startProxy(t *testing.T, cfgYAML string) (p *Proxy, web, tcp string) {
+func startProxy(t testing.TB, cfgYAML string) (p *Proxy, web, tcp string) {
 	t.Helper()
 	var ls []ipc.Listener
 	bind := func(name string) string {

@@ -32,6 +32,15 @@ type upConn struct {
 	pool  *addrPool
 	idle  time.Time // when it was put back
 	reuse bool      // it served a request before this one
+	wdl   time.Time // the write deadline last set
+}
+
+// extendWriteDeadline is reader.extendDeadline for writes.
+func extendWriteDeadline(c net.Conn, dl *time.Time, now time.Time, timeout time.Duration) {
+	if dl.Sub(now) < timeout/2 {
+		*dl = now.Add(timeout)
+		c.SetWriteDeadline(*dl)
+	}
 }
 
 // addrPool holds the idle connections to one address. It is a buffered

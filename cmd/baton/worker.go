@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/baton-proxy/baton/ipc"
@@ -36,6 +37,11 @@ func workerCommand() *cli.Command {
 			defer w.Close()
 			h := w.Hello()
 			log := base.Named("worker").With(zap.Uint64("generation", h.Generation), zap.Int("slot", h.Slot), zap.Int("pid", os.Getpid()))
+			// Like nginx's one worker per core: workers share the CPUs
+			// instead of each scheduling over all of them.
+			if os.Getenv("GOMAXPROCS") == "" && h.Workers > 1 {
+				runtime.GOMAXPROCS(max(1, runtime.GOMAXPROCS(0)/h.Workers))
+			}
 			if err := proxy.RunWorker(ctx, w, log); err != nil {
 				log.Error("worker failed", zap.Error(err))
 				return err

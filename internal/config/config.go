@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -69,6 +70,16 @@ type Config struct {
 	Backends []Backend `json:"backends"`
 	// Routes map a listener, host and path prefix to a backend.
 	Routes []Route `json:"routes"`
+	// Kubernetes says how to reach the API server, for backends that
+	// route to Kubernetes Services.
+	Kubernetes Kubernetes `json:"kubernetes"`
+}
+
+// Kubernetes holds the API server connection settings.
+type Kubernetes struct {
+	// Kubeconfig is a kubeconfig file. Default: the in-cluster config when
+	// running in a pod, else $KUBECONFIG, else ~/.kube/config.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
 }
 
 // HTTP holds HTTP server settings.
@@ -101,15 +112,65 @@ type Listener struct {
 	Sockets int `json:"sockets,omitempty"`
 }
 
-// Backend is a set of upstream addresses.
+// Backend is a set of upstream addresses: static ones, or a Kubernetes
+// Service's.
 type Backend struct {
 	// Name identifies the backend in routes.
 	Name string `json:"name"`
-	// Static lists host:port addresses, balanced round robin.
+	// Static lists host:port addresses.
 	Static []string `json:"static,omitempty"`
+	// Kubernetes routes to a Service instead.
+	Kubernetes *KubeService `json:"kubernetes,omitempty"`
+	// Balancer picks an address per request: round-robin (default),
+	// least-request, cookie (sticky) or hash-header.
+	Balancer string `json:"balancer,omitempty"`
+	// HashHeader is the header hash-header hashes.
+	HashHeader string `json:"hashHeader,omitempty"`
+	// Cookie is the sticky cookie's name. Default: baton-<backend name>.
+	Cookie string `json:"cookie,omitempty"`
+	// Retries is how many more attempts an idempotent request gets, on
+	// another address, when it failed after being sent. A failed connect
+	// is always retried on another address.
+	Retries int `json:"retries,omitempty"`
 	// ConnectTimeout bounds one connection attempt.
 	ConnectTimeout Duration `json:"connectTimeout,omitempty"`
+	// ConnectionLifetime bounds how long an upstream keep-alive connection
+	// is reused. Default: unbounded, except in clusterIP mode (10s), where
+	// kube-proxy can only balance new connections.
+	ConnectionLifetime Duration `json:"connectionLifetime,omitempty"`
 }
+
+// KubeService names a Kubernetes Service and how to reach it.
+type KubeService struct {
+	// Service is namespace/name.
+	Service string `json:"service"`
+	// Port is the Service port, by name or number.
+	Port Port `json:"port"`
+	// Mode is endpoints (default: the pods, from EndpointSlices) or
+	// clusterIP (the Service's virtual IP, balanced by kube-proxy).
+	Mode string `json:"mode,omitempty"`
+}
+
+// Namespace returns the Service's namespace.
+func (k *KubeService) Namespace() string { ns, _, _ := strings.Cut(k.Service, "/"); return ns }
+
+// Name returns the Service's name.
+func (k *KubeService) Name() string { _, n, _ := strings.Cut(k.Service, "/"); return n }
+
+// Kubernetes modes and balancers.
+const (
+	ModeEndpoints = "endpoints"
+	ModeClusterIP = "clusterIP"
+
+	BalancerRoundRobin   = "round-robin"
+	BalancerLeastRequest = "least-request"
+	BalancerCookie       = "cookie"
+	BalancerHashHeader   = "hash-header"
+
+	// DefaultClusterIPLifetime bounds upstream connections in clusterIP
+	// mode, so that kube-proxy can spread load as pods come and go.
+	DefaultClusterIPLifetime = 10 * time.Second
+)
 
 // Route sends what arrives on Listener for Host under PathPrefix to Backend.
 type Route struct {
@@ -197,7 +258,22 @@ func (c *Config) setDefaults() {
 		}
 	}
 	for i := range c.Backends {
-		setDuration(&c.Backends[i].ConnectTimeout, DefaultConnectTimeout)
+		b := &c.Backends[i]
+		setDuration(&b.ConnectTimeout, DefaultConnectTimeout)
+		if b.Balancer == "" {
+			b.Balancer = BalancerRoundRobin
+		}
+		if b.Balancer == BalancerCookie && b.Cookie == "" {
+			b.Cookie = "baton-" + b.Name
+		}
+		if k := b.Kubernetes; k != nil {
+			if k.Mode == "" {
+				k.Mode = ModeEndpoints
+			}
+			if k.Mode == ModeClusterIP && b.ConnectionLifetime == 0 {
+				b.ConnectionLifetime = Duration(DefaultClusterIPLifetime)
+			}
+		}
 	}
 	for i := range c.Routes {
 		r := &c.Routes[i]

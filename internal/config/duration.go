@@ -37,3 +37,40 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	*d = Duration(v)
 	return nil
 }
+
+// Port is a port by name ("http") or number (8080), as a Service port is
+// named in YAML: a string or a number.
+type Port struct {
+	Name   string
+	Number int32
+}
+
+// MarshalJSON writes the name or the number.
+func (p Port) MarshalJSON() ([]byte, error) {
+	if p.Name != "" {
+		return json.Marshal(p.Name)
+	}
+	return json.Marshal(p.Number)
+}
+
+// UnmarshalJSON reads a name or a number.
+func (p *Port) UnmarshalJSON(b []byte) error {
+	var n int32
+	if err := json.Unmarshal(b, &n); err == nil {
+		*p = Port{Number: n}
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("port must be a name or a number, not %s", b)
+	}
+	*p = Port{Name: s}
+	return nil
+}
+
+func (p Port) String() string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return fmt.Sprint(p.Number)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -99,8 +100,25 @@ func (c *Config) Validate() error {
 		default:
 			backends[b.Name] = b
 		}
-		if len(b.Static) == 0 {
+		switch {
+		case b.Kubernetes != nil && len(b.Static) > 0:
+			bad("%s: give static or kubernetes, not both", where)
+		case b.Kubernetes != nil:
+			checkKube(b, where, bad)
+		case len(b.Static) == 0:
 			bad("%s: static needs at least one address", where)
+		}
+		switch b.Balancer {
+		case BalancerRoundRobin, BalancerLeastRequest, BalancerCookie:
+		case BalancerHashHeader:
+			if b.HashHeader == "" {
+				bad("%s: balancer hash-header needs hashHeader (the header to hash)", where)
+			}
+		default:
+			bad("%s: balancer must be round-robin, least-request, cookie or hash-header, not %q", where, b.Balancer)
+		}
+		if b.Retries < 0 || b.Retries > 10 {
+			bad("%s: retries must be between 0 and 10, not %d", where, b.Retries)
 		}
 		for _, a := range b.Static {
 			if err := checkHostPort(a); err != nil {
@@ -109,6 +127,12 @@ func (c *Config) Validate() error {
 		}
 		if b.ConnectTimeout.Std() < time.Millisecond {
 			bad("%s: connectTimeout must be at least 1ms", where)
+		}
+	}
+
+	if k := c.Kubernetes.Kubeconfig; k != "" {
+		if _, err := os.Stat(k); err != nil {
+			bad("kubernetes.kubeconfig: %v", err)
 		}
 	}
 
@@ -183,6 +207,41 @@ func (l *Listener) Network() (network, address string, err error) {
 		return "tcp4", l.Address, nil
 	}
 	return "tcp6", l.Address, nil
+}
+
+func checkKube(b *Backend, where string, bad func(string, ...any)) {
+	k := b.Kubernetes
+	ns, name, ok := strings.Cut(k.Service, "/")
+	if !ok || !dnsLabel(ns) || !dnsLabel(name) {
+		bad("%s: kubernetes.service must be namespace/name, not %q", where, k.Service)
+	}
+	if k.Port.Name == "" && (k.Port.Number < 1 || k.Port.Number > 65535) {
+		bad("%s: kubernetes.port must be a Service port name or number", where)
+	}
+	switch k.Mode {
+	case ModeEndpoints:
+	case ModeClusterIP:
+		if b.Balancer != BalancerRoundRobin {
+			bad("%s: balancer %s needs mode endpoints: in clusterIP mode kube-proxy picks the pod", where, b.Balancer)
+		}
+	default:
+		bad("%s: kubernetes.mode must be endpoints or clusterIP, not %q", where, k.Mode)
+	}
+}
+
+// dnsLabel reports whether s is an RFC 1123 label, as namespaces and
+// Service names are.
+func dnsLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' && i > 0 && i < len(s)-1) {
+			return false
+		}
+	}
+	return true
 }
 
 func checkHostPort(a string) error {

@@ -1,0 +1,81 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+)
+
+// fixedBackend answers every request on a connection with the same small
+// response, parsing just enough to find each request's end.
+func fixedBackend(tb testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	resp := []byte("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Type: text/plain\r\n\r\nok\n")
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					if _, err := c.Write(resp); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// BenchmarkProxyKeepAlive measures the HTTP/1.1 hot path: parallel
+// keep-alive clients, one GET after the other, through the proxy to a
+// backend on loopback. allocs/op are the proxy's and the clients'.
+func BenchmarkProxyKeepAlive(b *testing.B) {
+	be := fixedBackend(b)
+	_, web, _ := startProxy(b, webConfig(be))
+	req := []byte("GET /bench HTTP/1.1\r\nHost: bench.example\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		c, err := net.Dial("tcp", web)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for pb.Next() {
+			if _, err := c.Write(req); err != nil {
+				b.Error(err)
+				return
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Error(fmt.Errorf("status %d", resp.StatusCode))
+				return
+			}
+		}
+	})
+}
