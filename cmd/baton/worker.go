@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/baton-proxy/baton/ipc"
@@ -42,6 +45,14 @@ func workerCommand() *cli.Command {
 			if os.Getenv("GOMAXPROCS") == "" && h.Workers > 1 {
 				runtime.GOMAXPROCS(max(1, runtime.GOMAXPROCS(0)/h.Workers))
 			}
+			if dir := os.Getenv("BATON_WORKER_CPUPROFILE"); dir != "" {
+				stop, err := startCPUProfile(dir)
+				if err != nil {
+					log.Warn("cpu profile", zap.Error(err))
+				} else {
+					defer stop()
+				}
+			}
 			if err := proxy.RunWorker(ctx, w, log); err != nil {
 				log.Error("worker failed", zap.Error(err))
 				return err
@@ -49,4 +60,22 @@ func workerCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// startCPUProfile writes this worker's CPU profile to dir/worker-PID.prof
+// until the returned function is called: $BATON_WORKER_CPUPROFILE=dir on
+// `baton run` profiles every worker, for the engineer chasing a cost.
+func startCPUProfile(dir string) (func(), error) {
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("worker-%d.prof", os.Getpid())))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

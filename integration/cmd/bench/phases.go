@@ -27,13 +27,13 @@ type handoffRun struct {
 // handoffs runs mixed load while reloading the target every ReloadEvery.
 func (b *bench) handoffs(t target) (handoffRun, error) {
 	var hr handoffRun
-	var before int
+	var before int // the last handoff's ID before the run
 	if bt, ok := t.(*baton); ok {
 		st, err := bt.status()
 		if err != nil {
 			return hr, err
 		}
-		before = len(st.Handoffs)
+		before = st.Handoffs[len(st.Handoffs)-1].ID
 	}
 	type result struct {
 		r   *load.Result
@@ -67,10 +67,12 @@ func (b *bench) handoffs(t target) (handoffRun, error) {
 	hr.Done = hr.Reloads
 	if bt, ok := t.(*baton); ok {
 		if st, err := bt.status(); err == nil {
-			hr.Done = 0
-			for _, h := range st.Handoffs[min(before, len(st.Handoffs)):] {
-				if h.Outcome == "ok" {
-					hr.Done++
+			// Status keeps the last 50 handoffs: count by ID, less the
+			// failures it still shows.
+			hr.Done = st.Handoffs[len(st.Handoffs)-1].ID - before
+			for _, h := range st.Handoffs {
+				if h.ID > before && h.Outcome != "ok" {
+					hr.Done--
 				}
 			}
 		}

@@ -18,8 +18,9 @@ import (
 	"github.com/baton-proxy/baton/supervisor"
 )
 
-// Ports, all on 127.0.0.1. Each target gets its own so that a lingering
-// socket of one cannot serve another's traffic.
+// Ports, all on 127.0.0.1, below the ephemeral range (32768 and up), where
+// a client connection of the load could hold them. Each target gets its
+// own so that a lingering socket of one cannot serve another's traffic.
 const (
 	backendHTTP = "127.0.0.1:19000"
 	backendTCP  = "127.0.0.1:19001"
@@ -311,8 +312,8 @@ type haproxy struct {
 }
 
 func (h *haproxy) Name() string     { return "haproxy" }
-func (h *haproxy) HTTPAddr() string { return "127.0.0.1:38080" }
-func (h *haproxy) TCPAddr() string  { return "127.0.0.1:38081" }
+func (h *haproxy) HTTPAddr() string { return "127.0.0.1:29080" }
+func (h *haproxy) TCPAddr() string  { return "127.0.0.1:29081" }
 
 func (h *haproxy) Start() error {
 	cfg := fmt.Sprintf(`global
