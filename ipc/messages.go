@@ -71,6 +71,26 @@ type Stats struct {
 	Requests uint64 `json:"requests"`
 	// Errors is the number of requests answered with a proxy error.
 	Errors uint64 `json:"errors"`
+	// Backends describes the worker's backends (optional).
+	Backends []BackendStats `json:"backends,omitempty"`
+}
+
+// BackendStats describes one backend of a worker: where its endpoints come
+// from and how many it has.
+type BackendStats struct {
+	Name string `json:"name"`
+	// Mode is "static", or the Kubernetes mode: endpoints or clusterIP.
+	Mode string `json:"mode"`
+	// Ready endpoints take new requests; Terminating ones are going away
+	// (they take requests only when none is ready); Serving counts every
+	// endpoint that still answers.
+	Ready       int `json:"ready"`
+	Terminating int `json:"terminating"`
+	Serving     int `json:"serving"`
+	// UpdatedAt is when the endpoints last changed.
+	UpdatedAt time.Time `json:"updatedAt"`
+	// Error says why there is no endpoint, when there is none.
+	Error string `json:"error,omitempty"`
 }
 
 // Request is a control socket command.

@@ -8,30 +8,73 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/ipc"
+	"github.com/baton-proxy/baton/proxy/kube"
 )
 
-// Upstream connection pool settings.
+// Upstream settings.
 const (
 	maxIdlePerAddress = 1024
 	upstreamIdle      = 90 * time.Second
+	// ejectAfter consecutive connect failures take an endpoint out of
+	// rotation for ejectBase, doubling with each ejection up to ejectMax.
+	ejectAfter = 3
+	ejectBase  = time.Second
+	ejectMax   = 30 * time.Second
 )
 
-// backend is a set of upstream addresses balanced round robin. A failed
-// connect is retried on the next address: nothing was sent, so it is safe
-// for any request and any TCP stream.
+// backend is where a route sends requests: a set of endpoints, static or
+// from a Kubernetes Service, replaced as a whole (atomically) when the
+// Service changes. The request path reads the current set without a lock.
 type backend struct {
-	name      string
-	addrs     []string
-	next      atomic.Uint32
-	dialer    net.Dialer
-	pools     []*addrPool // HTTP/1.1 keep-alive connections, one pool per address
-	headMax   int
+	name     string
+	cfg      config.Backend
+	mode     string // "static", or a Kubernetes mode
+	set      atomic.Pointer[endpointSet]
+	next     atomic.Uint32 // round robin
+	dialer   net.Dialer
+	headMax  int
+	lifetime time.Duration // of upstream connections; 0: unbounded
+
+	mu     sync.Mutex // protects byAddr; held by updates only
+	byAddr map[string]*endpoint
+
 	transport *http.Transport        // the HTTP/2 frontend's way upstream
 	proxy     *httputil.ReverseProxy // the HTTP/2 frontend's proxy
+}
+
+// endpoint is one upstream address and what the balancers track of it. It
+// lives as long as the address stays in the backend's sets, so its pool and
+// counters survive updates.
+type endpoint struct {
+	addr     string
+	key      string // the sticky cookie's value for it
+	pool     *addrPool
+	inflight atomic.Int64
+	fails    atomic.Int32 // consecutive connect failures
+	ejects   atomic.Int32 // ejections in a row
+	ejected  atomic.Int64 // until, unix nanoseconds
+}
+
+// endpointSet is a backend's endpoints at one moment.
+type endpointSet struct {
+	// active is where new requests go: the ready endpoints, or, when none
+	// is ready, the serving ones that are terminating (kube-proxy's rule).
+	active []*endpoint
+	// serving holds every serving endpoint by sticky key: a sticky client
+	// may keep reaching a pod that is terminating but still serving.
+	serving map[string]*endpoint
+	// ring is the consistent-hash ring of active, for hash-header.
+	ring        []ringPoint
+	ready       int
+	terminating int
+	err         error // why there is no endpoint, if known
+	updated     time.Time
 }
 
 // dialError marks a failure to connect, before anything was sent upstream.
@@ -40,15 +83,28 @@ type dialError struct{ err error }
 func (e *dialError) Error() string { return e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
+// errNoEndpoint is a backend with nothing to send to: 503.
+var errNoEndpoint = errors.New("no endpoint available")
+
 func newBackend(bc config.Backend, headMax int) *backend {
 	b := &backend{
-		name:    bc.Name,
-		addrs:   bc.Static,
-		dialer:  net.Dialer{Timeout: bc.ConnectTimeout.Std(), KeepAlive: 30 * time.Second},
-		headMax: headMax,
+		name:     bc.Name,
+		cfg:      bc,
+		mode:     "static",
+		dialer:   net.Dialer{Timeout: bc.ConnectTimeout.Std(), KeepAlive: 30 * time.Second},
+		headMax:  headMax,
+		lifetime: bc.ConnectionLifetime.Std(),
+		byAddr:   make(map[string]*endpoint),
 	}
-	for _, a := range bc.Static {
-		b.pools = append(b.pools, newAddrPool(a, maxIdlePerAddress))
+	if bc.Kubernetes != nil {
+		b.mode = bc.Kubernetes.Mode
+		b.set.Store(&endpointSet{err: errors.New("waiting for the Kubernetes caches")})
+	} else {
+		var eps []kube.Endpoint
+		for _, a := range bc.Static {
+			eps = append(eps, kube.Endpoint{Address: a, Ready: true, Serving: true})
+		}
+		b.update(eps, nil)
 	}
 	b.transport = &http.Transport{
 		DialContext:           b.dialAddr,
@@ -62,6 +118,96 @@ func newBackend(bc config.Backend, headMax int) *backend {
 	return b
 }
 
+// update installs a new set of endpoints. Endpoints that left, or became
+// terminating, get no new requests, and their idle pooled connections are
+// closed.
+func (b *backend) update(eps []kube.Endpoint, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	set := &endpointSet{serving: make(map[string]*endpoint), err: err, updated: time.Now()}
+	keep := make(map[string]bool, len(eps))
+	var terminating []*endpoint
+	for _, e := range eps {
+		ep := b.byAddr[e.Address]
+		if ep == nil {
+			ep = &endpoint{addr: e.Address, key: stickyKey(e.Address), pool: newAddrPool(e.Address, maxIdlePerAddress, b.lifetime)}
+			b.byAddr[e.Address] = ep
+		}
+		keep[e.Address] = true
+		switch {
+		case e.Ready && !e.Terminating:
+			set.active = append(set.active, ep)
+			set.ready++
+			ep.pool.retired.Store(false)
+		case e.Serving:
+			terminating = append(terminating, ep)
+		}
+		if e.Terminating {
+			set.terminating++
+			ep.pool.retire()
+		}
+		if e.Serving {
+			set.serving[ep.key] = ep
+		}
+	}
+	if len(set.active) == 0 {
+		set.active = terminating
+	}
+	for addr, ep := range b.byAddr {
+		if !keep[addr] {
+			ep.pool.retire()
+			delete(b.byAddr, addr)
+		}
+	}
+	if b.cfg.Balancer == config.BalancerHashHeader {
+		set.ring = buildRing(set.active)
+	}
+	if len(set.active) == 0 && set.err == nil {
+		set.err = errNoEndpoint
+	}
+	b.set.Store(set)
+}
+
+// ejectedNow reports whether ep is out of rotation at now.
+func (ep *endpoint) ejectedNow(now int64) bool { return ep.ejected.Load() > now }
+
+// connectFailed counts a failed connect; enough in a row eject ep.
+func (ep *endpoint) connectFailed() {
+	if ep.fails.Add(1) < ejectAfter {
+		return
+	}
+	ep.fails.Store(0)
+	n := ep.ejects.Add(1)
+	d := ejectBase << min(n-1, 5)
+	ep.ejected.Store(time.Now().Add(min(d, ejectMax)).UnixNano())
+}
+
+// connected resets ep's failure counts.
+func (ep *endpoint) connected() {
+	if ep.fails.Load() != 0 {
+		ep.fails.Store(0)
+	}
+	if ep.ejects.Load() != 0 && !ep.ejectedNow(time.Now().UnixNano()) {
+		ep.ejects.Store(0)
+	}
+}
+
+// conn returns a connection to ep: a pooled one unless fresh, else new.
+func (ep *endpoint) conn(ctx context.Context, b *backend, fresh bool) (*upConn, error) {
+	if !fresh {
+		if uc := ep.pool.get(time.Now()); uc != nil {
+			return uc, nil
+		}
+	}
+	uc, err := ep.pool.dial(ctx, &b.dialer, b.headMax)
+	if err != nil {
+		ep.connectFailed()
+		return nil, err
+	}
+	ep.connected()
+	return uc, nil
+}
+
 func (b *backend) dialAddr(ctx context.Context, network, addr string) (net.Conn, error) {
 	c, err := b.dialer.DialContext(ctx, network, addr)
 	if err != nil {
@@ -70,75 +216,70 @@ func (b *backend) dialAddr(ctx context.Context, network, addr string) (net.Conn,
 	return c, nil
 }
 
-// first returns where the next request's walk over the addresses starts.
-func (b *backend) first() int {
-	return int(b.next.Add(1)-1) % len(b.addrs)
-}
-
-// dial connects to the next address in turn, trying each once.
-func (b *backend) dial(ctx context.Context) (net.Conn, error) {
-	start := b.first()
+// dialStream connects a TCP stream to an endpoint, moving on to another
+// when a connect fails.
+func (b *backend) dialStream(ctx context.Context) (net.Conn, *endpoint, error) {
+	set := b.set.Load()
+	var a attempt
 	var errs []error
-	for i := range b.addrs {
-		addr := b.addrs[(start+i)%len(b.addrs)]
-		c, err := b.dialAddr(ctx, "tcp", addr)
-		if err == nil {
-			return c, nil
+	for {
+		ep := b.pick(set, &a)
+		if ep == nil {
+			if len(errs) == 0 {
+				return nil, nil, fmt.Errorf("backend %s: %w", b.name, set.err)
+			}
+			return nil, nil, fmt.Errorf("backend %s: %w", b.name, errors.Join(errs...))
 		}
+		a.tried(ep)
+		c, err := b.dialer.DialContext(ctx, "tcp", ep.addr)
+		if err == nil {
+			ep.connected()
+			return c, ep, nil
+		}
+		ep.connectFailed()
 		errs = append(errs, err)
 		if ctx.Err() != nil {
-			break
+			return nil, nil, errors.Join(errs...)
 		}
 	}
-	return nil, fmt.Errorf("backend %s: %w", b.name, errors.Join(errs...))
 }
 
-// conn returns a connection for one request: a pooled one to the next
-// address in turn, else a new one; a failed connect moves on to the next
-// address. fresh skips the pools.
-func (b *backend) conn(ctx context.Context, fresh bool) (*upConn, error) {
-	start := b.first()
-	now := time.Now()
-	var err error
-	for i := range b.pools {
-		p := b.pools[(start+i)%len(b.pools)]
-		if !fresh {
-			if uc := p.get(now); uc != nil {
-				return uc, nil
-			}
-		}
-		var uc *upConn
-		if uc, err = p.dial(ctx, &b.dialer, b.headMax); err == nil {
-			return uc, nil
-		}
-	}
-	return nil, fmt.Errorf("backend %s: %w", b.name, err)
-}
-
-// RoundTrip sends req to the next address in turn, moving on to the next
-// one when the connection fails before anything was sent.
+// RoundTrip sends an HTTP/2 frontend's request to an endpoint, moving on
+// to another when the connection fails before anything was sent.
 func (b *backend) RoundTrip(req *http.Request) (*http.Response, error) {
 	var body *onceBody
 	if req.Body != nil && req.Body != http.NoBody {
 		body = &onceBody{rc: req.Body}
 	}
-	start := b.first()
-	var err error
-	for i := range b.addrs {
+	set := b.set.Load()
+	var a attempt
+	err := error(errNoEndpoint)
+	for {
+		ep := b.pick(set, &a)
+		if ep == nil {
+			break
+		}
+		a.tried(ep)
 		r := *req
 		u := *req.URL
-		u.Host = b.addrs[(start+i)%len(b.addrs)]
+		u.Host = ep.addr
 		r.URL = &u
 		if body != nil {
 			r.Body = body
 		}
+		ep.inflight.Add(1)
 		var resp *http.Response
 		resp, err = b.transport.RoundTrip(&r)
+		ep.inflight.Add(-1)
 		if err == nil {
 			return resp, nil
 		}
 		var de *dialError
-		if !errors.As(err, &de) || (body != nil && body.read.Load()) || req.Context().Err() != nil {
+		if !errors.As(err, &de) {
+			break
+		}
+		ep.connectFailed()
+		if (body != nil && body.read.Load()) || req.Context().Err() != nil {
 			break
 		}
 	}
@@ -165,7 +306,19 @@ func (b *onceBody) Close() error { return nil } // the server closes the real bo
 
 func (b *backend) close() {
 	b.transport.CloseIdleConnections()
-	for _, p := range b.pools {
-		p.closeIdle()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ep := range b.byAddr {
+		ep.pool.closeIdle()
 	}
+}
+
+// stats describes the backend for status.
+func (b *backend) stats() ipc.BackendStats {
+	set := b.set.Load()
+	s := ipc.BackendStats{Name: b.name, Mode: b.mode, Ready: set.ready, Terminating: set.terminating, Serving: len(set.serving), UpdatedAt: set.updated}
+	if set.err != nil {
+		s.Error = set.err.Error()
+	}
+	return s
 }

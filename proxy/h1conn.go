@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/config"
 	"go.uber.org/zap"
 )
 
@@ -44,10 +45,11 @@ type h1conn struct {
 	closeMu sync.Mutex // serialises the drain's closing with the wake-up
 	wdl     time.Time  // the write deadline last set
 
-	req  reqHead
-	resp respHead
-	out  bodyCopier // client to upstream
-	in   bodyCopier // upstream to client
+	req       reqHead
+	resp      respHead
+	setCookie string     // a Set-Cookie to add to the response: name=value
+	out       bodyCopier // client to upstream
+	in        bodyCopier // upstream to client
 }
 
 // serve runs the connection until it closes.
@@ -168,24 +170,59 @@ func (hc *h1conn) handle(head []byte) bool {
 	if rt == nil {
 		return hc.errorResponse(404, hasBody || req.close)
 	}
-	if req.upgrade != nil {
-		return hc.upgrade(rt.backend)
-	}
 	b := rt.backend
-	replayable := !hasBody && idempotent(req.method)
-
-	var uc *upConn
-	var err error
-	for attempt := 0; ; attempt++ {
-		uc, err = b.conn(context.Background(), attempt > 0)
-		if err != nil {
-			return hc.errorResponse(502, hasBody || req.close)
+	set := b.set.Load()
+	if len(set.active) == 0 {
+		// The route stays; its Service has nothing serving right now.
+		return hc.errorResponse(503, hasBody || req.close)
+	}
+	var a attempt
+	hc.setCookie = ""
+	switch b.cfg.Balancer {
+	case config.BalancerCookie:
+		if v := req.cookie(b.cfg.Cookie); v != nil {
+			a.sticky = set.serving[string(v)]
 		}
-		err = hc.sendRequest(uc, attempt == 0)
-		var ce *clientError
-		if errors.As(err, &ce) {
+	case config.BalancerHashHeader:
+		if v := req.header(b.cfg.HashHeader); v != nil {
+			a.hash, a.hashed = hashBytes(v), true
+		}
+	}
+	if req.upgrade != nil {
+		return hc.upgrade(b, set, &a)
+	}
+	replayable := !hasBody && idempotent(req.method)
+	retries := 0
+	var (
+		uc  *upConn
+		ep  *endpoint
+		err error
+	)
+	for fresh := false; ; {
+		if ep == nil {
+			if ep = b.pick(set, &a); ep == nil {
+				status := 502
+				if isTimeout(err) {
+					status = 504
+				}
+				return hc.errorResponse(status, true)
+			}
+			a.tried(ep)
+		}
+		uc, err = ep.conn(context.Background(), b, fresh)
+		if err != nil {
+			// Nothing was sent: another endpoint, always.
+			p.log.Debug("connect failed", zap.String("backend", b.name), zap.String("addr", ep.addr), zap.Error(err))
+			ep, fresh = nil, false
+			continue
+		}
+		ep.inflight.Add(1)
+		err = hc.sendRequest(uc, retries == 0 && !fresh)
+		if ce, ok := err.(*clientError); ok {
+			ep.inflight.Add(-1)
 			uc.c.Close()
-			return false // the client went away mid-request
+			p.log.Debug("client went away mid-request", zap.Error(ce))
+			return false
 		}
 		if err == nil {
 			err = hc.readResponseHead(uc)
@@ -193,21 +230,31 @@ func (hc *h1conn) handle(head []byte) bool {
 		if err == nil {
 			break
 		}
+		ep.inflight.Add(-1)
 		uc.c.Close()
-		// A pooled connection the backend closed meanwhile fails before
-		// any response byte: try a new one, when the request can be sent
-		// again.
-		if uc.reuse && replayable && attempt == 0 && len(uc.rd.buffered()) == 0 {
-			continue
+		p.log.Debug("upstream failed", zap.String("backend", b.name), zap.String("addr", ep.addr), zap.Error(err))
+		switch {
+		case uc.reuse && replayable && !fresh && len(uc.rd.buffered()) == 0:
+			// A pooled connection the backend had closed: the same
+			// endpoint, on a new connection.
+			fresh = true
+		case replayable && retries < b.cfg.Retries:
+			retries++
+			ep, fresh = nil, false
+		default:
+			status := 502
+			if isTimeout(err) {
+				status = 504
+			}
+			return hc.errorResponse(status, true)
 		}
-		status := 502
-		if isTimeout(err) {
-			status = 504
-		}
-		p.log.Debug("upstream failed", zap.String("backend", b.name), zap.String("addr", uc.pool.addr), zap.Error(err))
-		return hc.errorResponse(status, true)
 	}
-	return hc.forwardResponse(uc)
+	if b.cfg.Balancer == config.BalancerCookie && a.sticky != ep {
+		hc.setCookie = b.cfg.Cookie + "=" + ep.key
+	}
+	keep := hc.forwardResponse(uc)
+	ep.inflight.Add(-1)
+	return keep
 }
 
 func idempotent(method []byte) bool {
@@ -342,6 +389,11 @@ func (hc *h1conn) forwardResponse(uc *upConn) bool {
 	if resp.chunked && !decode && !noBody {
 		w.WriteString("Transfer-Encoding: chunked\r\n")
 	}
+	if hc.setCookie != "" {
+		w.WriteString("Set-Cookie: ")
+		w.WriteString(hc.setCookie)
+		w.WriteString("; Path=/; HttpOnly\r\n")
+	}
 	switch {
 	case !keep:
 		w.WriteString("Connection: close\r\n")
@@ -383,16 +435,25 @@ func (hc *h1conn) forwardResponse(uc *upConn) bool {
 
 // upgrade proxies a protocol switch (WebSocket): the request goes on a new
 // upstream connection; on 101 both connections are joined until they end.
-func (hc *h1conn) upgrade(b *backend) bool {
+func (hc *h1conn) upgrade(b *backend, set *endpointSet, a *attempt) bool {
 	req := &hc.req
 	if req.contentLength > 0 || req.chunked {
 		return hc.errorResponse(400, true)
 	}
-	uc, err := b.conn(context.Background(), true)
-	if err != nil {
-		return hc.errorResponse(502, true)
+	var uc *upConn
+	for {
+		ep := b.pick(set, a)
+		if ep == nil {
+			return hc.errorResponse(502, true)
+		}
+		a.tried(ep)
+		var err error
+		if uc, err = ep.conn(context.Background(), b, true); err == nil {
+			break
+		}
 	}
-	if err := hc.sendRequest(uc, true); err == nil {
+	err := hc.sendRequest(uc, true)
+	if err == nil {
 		err = hc.readResponseHead(uc)
 	}
 	if err != nil {

@@ -415,3 +415,37 @@ func requestPath(target []byte) []byte {
 	}
 	return target
 }
+
+// header returns the value of the request's header named name (any case),
+// or nil.
+func (h *reqHead) header(name string) []byte {
+	for _, hd := range h.headers {
+		if len(hd.name) == len(name) && eqFoldBytes(hd.name, []byte(name)) {
+			return hd.value
+		}
+	}
+	return nil
+}
+
+// cookie returns the value of the request's cookie named name, or nil.
+func (h *reqHead) cookie(name string) []byte {
+	for _, hd := range h.headers {
+		if !eqFold(hd.name, "cookie") {
+			continue
+		}
+		v := hd.value
+		for len(v) > 0 {
+			var pair []byte
+			if i := bytes.IndexByte(v, ';'); i >= 0 {
+				pair, v = v[:i], v[i+1:]
+			} else {
+				pair, v = v, nil
+			}
+			pair = trimOWS(pair)
+			if len(pair) > len(name) && pair[len(name)] == '=' && string(pair[:len(name)]) == name {
+				return pair[len(name)+1:]
+			}
+		}
+	}
+	return nil
+}

@@ -267,8 +267,11 @@ func (p *Proxy) newReverseProxy(b *backend) *httputil.ReverseProxy {
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			p.stats.errors.Add(1)
 			status := http.StatusBadGateway
-			if errors.Is(err, context.DeadlineExceeded) {
+			switch {
+			case errors.Is(err, context.DeadlineExceeded):
 				status = http.StatusGatewayTimeout
+			case errors.Is(err, errNoEndpoint):
+				status = http.StatusServiceUnavailable
 			}
 			if r.Context().Err() == nil {
 				p.log.Debug("upstream error", zap.String("backend", b.name), zap.Error(err))

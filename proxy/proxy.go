@@ -8,6 +8,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/ipc"
+	"github.com/baton-proxy/baton/proxy/kube"
 	"go.uber.org/zap"
 )
 
@@ -119,11 +121,58 @@ func (p *Proxy) Drain(ctx context.Context) {
 
 // Stats returns the worker's counters.
 func (p *Proxy) Stats() ipc.Stats {
-	return ipc.Stats{
+	s := ipc.Stats{
 		Connections: p.stats.conns.Load(),
 		Accepted:    p.stats.accepted.Load(),
 		Requests:    p.stats.requests.Load(),
 		Errors:      p.stats.errors.Load(),
+	}
+	for _, bc := range p.cfg.Backends {
+		s.Backends = append(s.Backends, p.backends[bc.Name].stats())
+	}
+	return s
+}
+
+// KubeTargets returns the Kubernetes Services the config's backends name.
+func (p *Proxy) KubeTargets() []kube.Target {
+	var ts []kube.Target
+	for _, bc := range p.cfg.Backends {
+		k := bc.Kubernetes
+		if k == nil {
+			continue
+		}
+		ts = append(ts, kube.Target{
+			Backend:    bc.Name,
+			Namespace:  k.Namespace(),
+			Service:    k.Name(),
+			PortName:   k.Port.Name,
+			PortNumber: k.Port.Number,
+			Mode:       k.Mode,
+		})
+	}
+	return ts
+}
+
+// configErrors reports what the first endpoints showed to be a mistake of
+// the config rather than a state of the cluster: a headless Service in
+// clusterIP mode.
+func (p *Proxy) configErrors() error {
+	var errs []error
+	for _, bc := range p.cfg.Backends {
+		if err := p.backends[bc.Name].set.Load().err; kube.Headless(err) {
+			errs = append(errs, fmt.Errorf("backend %s: %w", bc.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ApplyKube installs new endpoint sets, each for its backend alone: the
+// other backends, and the routes, stay as they are.
+func (p *Proxy) ApplyKube(us []kube.Update) {
+	for _, u := range us {
+		if b := p.backends[u.Backend]; b != nil {
+			b.update(u.Endpoints, u.Err)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,13 +27,14 @@ const (
 
 // upConn is one connection to a backend address, with its buffers.
 type upConn struct {
-	c     net.Conn
-	rd    *reader
-	bw    *bufio.Writer
-	pool  *addrPool
-	idle  time.Time // when it was put back
-	reuse bool      // it served a request before this one
-	wdl   time.Time // the write deadline last set
+	c       net.Conn
+	rd      *reader
+	bw      *bufio.Writer
+	pool    *addrPool
+	created time.Time
+	idle    time.Time // when it was put back
+	reuse   bool      // it served a request before this one
+	wdl     time.Time // the write deadline last set
 }
 
 // extendWriteDeadline is reader.extendDeadline for writes.
@@ -46,12 +48,22 @@ func extendWriteDeadline(c net.Conn, dl *time.Time, now time.Time, timeout time.
 // addrPool holds the idle connections to one address. It is a buffered
 // channel: taking and returning need no lock of ours.
 type addrPool struct {
-	addr string
-	idle chan *upConn
+	addr     string
+	idle     chan *upConn
+	lifetime time.Duration // a connection older than this is not reused; 0: no limit
+	// retired is set while the endpoint is terminating or gone:
+	// connections are closed instead of pooled.
+	retired atomic.Bool
 }
 
-func newAddrPool(addr string, size int) *addrPool {
-	return &addrPool{addr: addr, idle: make(chan *upConn, size)}
+func newAddrPool(addr string, size int, lifetime time.Duration) *addrPool {
+	return &addrPool{addr: addr, idle: make(chan *upConn, size), lifetime: lifetime}
+}
+
+// retire stops pooling and closes the idle connections.
+func (p *addrPool) retire() {
+	p.retired.Store(true)
+	p.closeIdle()
 }
 
 // get returns an idle connection that still looks alive, or nil.
@@ -74,6 +86,10 @@ func (p *addrPool) get(now time.Time) *upConn {
 
 // put returns uc to the pool, or closes it when the pool is full.
 func (p *addrPool) put(uc *upConn, now time.Time) {
+	if p.retired.Load() || (p.lifetime > 0 && now.Sub(uc.created) > p.lifetime) {
+		uc.c.Close()
+		return
+	}
 	uc.idle = now
 	select {
 	case p.idle <- uc:
@@ -103,7 +119,7 @@ func (p *addrPool) dial(ctx context.Context, d *net.Dialer, headMax int) (*upCon
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	return &upConn{c: c, rd: newReader(c, headMax), bw: bufio.NewWriterSize(c, writeBufSize), pool: p}, nil
+	return &upConn{c: c, rd: newReader(c, headMax), bw: bufio.NewWriterSize(c, writeBufSize), pool: p, created: time.Now()}, nil
 }
 
 // alive peeks at an idle connection without blocking: an idle upstream

@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/ipc"
+	"github.com/baton-proxy/baton/proxy/kube"
 	"go.uber.org/zap"
 )
 
@@ -31,6 +33,16 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger) error {
 		return err
 	}
 	p := New(cfg, log)
+	if targets := p.KubeTargets(); len(targets) > 0 {
+		// Ready means routes installed: wait for the caches to sync and
+		// the first endpoints to be in place before serving.
+		stop, err := startKube(ctx, w, p, cfg, targets, log)
+		if err != nil {
+			w.Fail(err.Error())
+			return err
+		}
+		defer stop()
+	}
 	if err := p.Serve(w.Listeners()); err != nil {
 		w.Fail(err.Error())
 		return err
@@ -80,4 +92,42 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger) error {
 	w.SendStats(p.Stats())
 	log.Info("drained", zap.Int64("connections", p.stats.conns.Load()))
 	return nil
+}
+
+// startKube starts watching the Kubernetes Services of targets and waits
+// for the first endpoints. The returned function stops the watch.
+func startKube(ctx context.Context, w *ipc.Worker, p *Proxy, cfg *config.Config, targets []kube.Target, log *zap.Logger) (func(), error) {
+	client, err := kube.NewClient(cfg.Kubernetes.Kubeconfig, "baton")
+	if err != nil {
+		return nil, err
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	watcher := kube.New(client, targets, p.ApplyKube, log)
+	synced := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watcher.Run(kctx, synced)
+	}()
+	stop := func() {
+		cancel()
+		<-done
+	}
+	start := time.Now()
+	select {
+	case err = <-synced:
+	case <-w.Draining():
+		err = errors.New("told to drain before the Kubernetes caches synced")
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err == nil {
+		err = p.configErrors()
+	}
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	log.Info("kubernetes caches synced", zap.Int("services", len(targets)), zap.Duration("after", time.Since(start)))
+	return stop, nil
 }

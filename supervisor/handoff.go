@@ -113,6 +113,12 @@ func (s *Supervisor) snapshot() Status {
 	}
 	if st.active != nil {
 		out.ActiveGeneration = st.active.id
+		for _, sl := range st.active.slots {
+			if len(sl.stats.Backends) > 0 {
+				out.Backends = sl.stats.Backends
+				break
+			}
+		}
 	}
 	if g := s.newestPlanned(); g != nil {
 		for _, pl := range g.plan.listeners {

@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"time"
+
+	"github.com/baton-proxy/baton/ipc"
 )
 
 // Status is a snapshot of the supervisor, as `baton status -o json` prints it.
@@ -18,6 +20,9 @@ type Status struct {
 	Listeners      []ListenerStatus   `json:"listeners"`
 	Generations    []GenerationStatus `json:"generations"`
 	Handoffs       []Handoff          `json:"handoffs"`
+	// Backends is what the active generation's first worker last reported
+	// of its backends (endpoint counts, Kubernetes modes).
+	Backends []ipc.BackendStats `json:"backends,omitempty"`
 }
 
 // ListenerStatus describes one listener of the active (or newest) config.

@@ -34,6 +34,17 @@ func printStatus(out io.Writer, st *supervisor.Status, now time.Time) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%t\t%s\n", l.Name, l.Address, l.Protocol, l.Sockets, l.ReusePort, q)
 	}
 
+	if len(st.Backends) > 0 {
+		fmt.Fprintln(w, "\nBACKEND\tMODE\tREADY\tTERMINATING\tSERVING\tUPDATED\tERROR")
+		for _, b := range st.Backends {
+			updated := "-"
+			if !b.UpdatedAt.IsZero() {
+				updated = b.UpdatedAt.Local().Format("15:04:05.000")
+			}
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", b.Name, b.Mode, b.Ready, b.Terminating, b.Serving, updated, b.Error)
+		}
+	}
+
 	fmt.Fprintln(w, "\nGENERATION\tSTATE\tSLOT\tPID\tWORKER\tUP\tRESTARTS\tCONNS\tREQUESTS")
 	for i := len(st.Generations) - 1; i >= 0; i-- {
 		g := st.Generations[i]

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -134,6 +135,8 @@ func (c *Config) Validate() error {
 		if _, err := os.Stat(k); err != nil {
 			bad("kubernetes.kubeconfig: %v", err)
 		}
+	} else if c.usesKubernetes() && !defaultKubeconfig() {
+		bad("backends name Kubernetes Services, but there is no way to reach an API server: not in a pod, no $KUBECONFIG, no ~/.kube/config; set kubernetes.kubeconfig")
 	}
 
 	type routeKey struct{ listener, host, prefix string }
@@ -273,4 +276,32 @@ func checkHost(h string) error {
 		return errors.New("want a host name without port, optionally starting with *.")
 	}
 	return nil
+}
+
+func (c *Config) usesKubernetes() bool {
+	for _, b := range c.Backends {
+		if b.Kubernetes != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// defaultKubeconfig reports whether client-go's defaults find a config:
+// in-cluster, $KUBECONFIG, or ~/.kube/config.
+func defaultKubeconfig() bool {
+	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		return true
+	}
+	for _, p := range filepath.SplitList(os.Getenv("KUBECONFIG")) {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		if _, err := os.Stat(filepath.Join(home, ".kube", "config")); err == nil {
+			return true
+		}
+	}
+	return false
 }

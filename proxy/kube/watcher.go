@@ -1,0 +1,294 @@
+// Package kube turns Kubernetes Services and EndpointSlices into the
+// addresses of baton's backends, through client-go shared informers scoped
+// to the namespaces (and, for EndpointSlices, the Services) the config
+// names.
+//
+// One goroutine, Run's, turns changes into updates: informer callbacks only
+// mark a Service dirty; the goroutine recomputes the dirty Services, drops
+// updates that change nothing, and hands the rest over in one batch. A burst
+// of changes to a Service becomes one update.
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"go.uber.org/zap"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Modes.
+const (
+	ModeEndpoints = "endpoints"
+	ModeClusterIP = "clusterIP"
+)
+
+// serviceNameLabel links an EndpointSlice to its Service.
+const serviceNameLabel = discoveryv1.LabelServiceName
+
+// Target is one backend's Service.
+type Target struct {
+	Backend    string
+	Namespace  string
+	Service    string
+	PortName   string // the Service port by name, or
+	PortNumber int32  // by number
+	Mode       string
+}
+
+func (t *Target) key() string { return t.Namespace + "/" + t.Service }
+
+func (t *Target) port() string {
+	if t.PortName != "" {
+		return t.PortName
+	}
+	return fmt.Sprint(t.PortNumber)
+}
+
+// Update is a backend's new set of endpoints, or why it has none.
+type Update struct {
+	Backend   string
+	Endpoints []Endpoint
+	Err       error
+}
+
+// Watcher watches the Services of its targets.
+type Watcher struct {
+	client  kubernetes.Interface
+	targets []Target
+	apply   func([]Update)
+	log     *zap.Logger
+
+	byService map[string][]*Target // namespace/name to targets
+	caches    map[string]*nsCache  // by namespace
+
+	mu     sync.Mutex // protects dirty
+	dirty  map[string]struct{}
+	notify chan struct{} // capacity 1: something is dirty
+
+	last map[string]string // backend to a fingerprint of its last update
+}
+
+// nsCache is the informers of one namespace: every Service, and the
+// EndpointSlices of the Services the targets name.
+type nsCache struct {
+	factories []informers.SharedInformerFactory
+	services  corelisters.ServiceLister
+	slices    cache.Indexer
+	synced    []cache.InformerSynced
+}
+
+// New returns a watcher of targets; apply receives every batch of updates,
+// from Run's goroutine, the first (every target) once the caches have
+// synced.
+func New(client kubernetes.Interface, targets []Target, apply func([]Update), log *zap.Logger) *Watcher {
+	w := &Watcher{
+		client:    client,
+		targets:   targets,
+		apply:     apply,
+		log:       log.Named("kube"),
+		byService: make(map[string][]*Target),
+		caches:    make(map[string]*nsCache),
+		dirty:     make(map[string]struct{}),
+		notify:    make(chan struct{}, 1),
+		last:      make(map[string]string),
+	}
+	names := make(map[string][]string)
+	for i := range w.targets {
+		t := &w.targets[i]
+		if len(w.byService[t.key()]) == 0 {
+			names[t.Namespace] = append(names[t.Namespace], t.Service)
+		}
+		w.byService[t.key()] = append(w.byService[t.key()], t)
+	}
+	for ns, svcs := range names {
+		w.caches[ns] = w.newNSCache(ns, svcs)
+	}
+	return w
+}
+
+func (w *Watcher) newNSCache(ns string, services []string) *nsCache {
+	sort.Strings(services)
+	selector := fmt.Sprintf("%s in (%s)", serviceNameLabel, strings.Join(services, ","))
+	svcFactory := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithNamespace(ns))
+	sliceFactory := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	svcInf := svcFactory.Core().V1().Services().Informer()
+	sliceInf := sliceFactory.Discovery().V1().EndpointSlices().Informer()
+	// Slices kept per slice name by the informer, indexed by Service.
+	sliceInf.AddIndexers(cache.Indexers{"service": func(obj any) ([]string, error) {
+		if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+			return []string{s.Labels[serviceNameLabel]}, nil
+		}
+		return nil, nil
+	}})
+	handler := func(label bool) cache.ResourceEventHandlerFuncs {
+		mark := func(obj any) { w.markObj(obj, label) }
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc: mark,
+			UpdateFunc: func(old, cur any) {
+				o, ok1 := old.(metav1.Object)
+				c, ok2 := cur.(metav1.Object)
+				if ok1 && ok2 && o.GetResourceVersion() == c.GetResourceVersion() {
+					return // a resync: nothing changed
+				}
+				mark(cur)
+			},
+			DeleteFunc: mark,
+		}
+	}
+	svcInf.AddEventHandler(handler(false))
+	sliceInf.AddEventHandler(handler(true))
+	return &nsCache{
+		factories: []informers.SharedInformerFactory{svcFactory, sliceFactory},
+		services:  corelisters.NewServiceLister(svcInf.GetIndexer()),
+		slices:    sliceInf.GetIndexer(),
+		synced:    []cache.InformerSynced{svcInf.HasSynced, sliceInf.HasSynced},
+	}
+}
+
+// markObj marks the Service of obj (a Service, or with label an
+// EndpointSlice naming its Service) dirty.
+func (w *Watcher) markObj(obj any, label bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return
+	}
+	name := m.GetName()
+	if label {
+		name = m.GetLabels()[serviceNameLabel]
+	}
+	key := m.GetNamespace() + "/" + name
+	if _, ours := w.byService[key]; !ours {
+		return
+	}
+	w.mu.Lock()
+	w.dirty[key] = struct{}{}
+	w.mu.Unlock()
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Run starts the informers, waits for their caches, applies every target's
+// endpoints, reports on synced (nil, or the reason it could not sync), and
+// then applies changes until ctx ends, when it stops the informers.
+func (w *Watcher) Run(ctx context.Context, synced chan<- error) {
+	for _, c := range w.caches {
+		for _, f := range c.factories {
+			f.Start(ctx.Done())
+		}
+	}
+	defer func() {
+		for _, c := range w.caches {
+			for _, f := range c.factories {
+				f.Shutdown()
+			}
+		}
+	}()
+	for ns, c := range w.caches {
+		if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+			synced <- fmt.Errorf("kube: caches of namespace %s did not sync: %w", ns, ctx.Err())
+			return
+		}
+	}
+	w.mu.Lock()
+	for key := range w.byService {
+		w.dirty[key] = struct{}{}
+	}
+	w.mu.Unlock()
+	w.flush()
+	synced <- nil
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.notify:
+			w.flush()
+		}
+	}
+}
+
+// flush recomputes the dirty Services and applies what changed.
+func (w *Watcher) flush() {
+	w.mu.Lock()
+	dirty := w.dirty
+	w.dirty = make(map[string]struct{})
+	w.mu.Unlock()
+	var batch []Update
+	for key := range dirty {
+		for _, t := range w.byService[key] {
+			u := w.compute(t)
+			fp := fingerprint(u)
+			if w.last[t.Backend] == fp {
+				continue
+			}
+			w.last[t.Backend] = fp
+			if u.Err != nil {
+				w.log.Warn("backend has no endpoints", zap.String("backend", t.Backend), zap.String("service", key), zap.Error(u.Err))
+			}
+			batch = append(batch, u)
+		}
+	}
+	if len(batch) > 0 {
+		w.apply(batch)
+	}
+}
+
+func (w *Watcher) compute(t *Target) Update {
+	c := w.caches[t.Namespace]
+	svc, err := c.services.Services(t.Namespace).Get(t.Service)
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			return Update{Backend: t.Backend, Err: err}
+		}
+		svc = nil
+	}
+	u := Update{Backend: t.Backend}
+	if t.Mode == ModeClusterIP {
+		u.Endpoints, u.Err = clusterIPMode(svc, t)
+		return u
+	}
+	objs, err := c.slices.ByIndex("service", t.Service)
+	if err != nil {
+		return Update{Backend: t.Backend, Err: err}
+	}
+	slices := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+			slices = append(slices, s)
+		}
+	}
+	u.Endpoints, u.Err = endpointsMode(svc, slices, t)
+	return u
+}
+
+// fingerprint summarises an update, to drop those that change nothing.
+func fingerprint(u Update) string {
+	var b strings.Builder
+	if u.Err != nil {
+		b.WriteString("error:" + u.Err.Error())
+	}
+	for _, e := range u.Endpoints {
+		fmt.Fprintf(&b, "%s/%t/%t/%t;", e.Address, e.Ready, e.Serving, e.Terminating)
+	}
+	return b.String()
+}
+
+// Headless reports whether err says a Service is headless in clusterIP mode:
+// a configuration error, which fails the worker instead of serving 503s.
+func Headless(err error) bool { return errors.Is(err, ErrHeadless) }
