@@ -193,9 +193,10 @@ func (ep *endpoint) connected() {
 }
 
 // conn returns a connection to ep: a pooled one unless fresh, else new.
-func (ep *endpoint) conn(ctx context.Context, b *backend, fresh bool) (*upConn, error) {
+// check probes a pooled one before use (see addrPool.get).
+func (ep *endpoint) conn(ctx context.Context, b *backend, fresh, check bool) (*upConn, error) {
 	if !fresh {
-		if uc := ep.pool.get(time.Now()); uc != nil {
+		if uc := ep.pool.get(time.Now(), check); uc != nil {
 			return uc, nil
 		}
 	}

@@ -209,7 +209,7 @@ func (hc *h1conn) handle(head []byte) bool {
 			}
 			a.tried(ep)
 		}
-		uc, err = ep.conn(context.Background(), b, fresh)
+		uc, err = ep.conn(context.Background(), b, fresh, !replayable)
 		if err != nil {
 			// Nothing was sent: another endpoint, always.
 			p.log.Debug("connect failed", zap.String("backend", b.name), zap.String("addr", ep.addr), zap.Error(err))
@@ -448,7 +448,7 @@ func (hc *h1conn) upgrade(b *backend, set *endpointSet, a *attempt) bool {
 		}
 		a.tried(ep)
 		var err error
-		if uc, err = ep.conn(context.Background(), b, true); err == nil {
+		if uc, err = ep.conn(context.Background(), b, true, false); err == nil {
 			break
 		}
 	}

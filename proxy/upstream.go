@@ -66,13 +66,16 @@ func (p *addrPool) retire() {
 	p.closeIdle()
 }
 
-// get returns an idle connection that still looks alive, or nil.
-func (p *addrPool) get(now time.Time) *upConn {
+// get returns an idle connection that still looks alive, or nil. With
+// check it always probes the connection first: a request that cannot be
+// sent again (a POST) must not go out on a connection the backend has
+// just closed.
+func (p *addrPool) get(now time.Time, check bool) *upConn {
 	for {
 		select {
 		case uc := <-p.idle:
 			idle := now.Sub(uc.idle)
-			if idle > upstreamIdleTimeout || (idle > staleCheckAfter && !alive(uc.c)) {
+			if idle > upstreamIdleTimeout || ((check || idle > staleCheckAfter) && !alive(uc.c)) {
 				uc.c.Close()
 				continue
 			}

@@ -139,7 +139,7 @@ func (w *Watcher) newNSCache(ns string, services []string) *nsCache {
 			UpdateFunc: func(old, cur any) {
 				o, ok1 := old.(metav1.Object)
 				c, ok2 := cur.(metav1.Object)
-				if ok1 && ok2 && o.GetResourceVersion() == c.GetResourceVersion() {
+				if ok1 && ok2 && o.GetResourceVersion() != "" && o.GetResourceVersion() == c.GetResourceVersion() {
 					return // a resync: nothing changed
 				}
 				mark(cur)

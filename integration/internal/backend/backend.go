@@ -4,6 +4,7 @@
 package backend
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -133,6 +134,18 @@ func (s *Server) acceptTCP(ln net.Listener) {
 			}
 		})
 	}
+}
+
+// Shutdown stops the servers as a well-behaved application does on
+// SIGTERM: it stops accepting, closes idle keep-alive connections, lets
+// requests in flight finish (until ctx ends), and ends TCP streams.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.http != nil {
+		if err := s.http.Shutdown(ctx); err != nil {
+			s.http.Close()
+		}
+	}
+	return s.Close()
 }
 
 // Close stops the servers and waits for their goroutines.
