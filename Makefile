@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build run test unit integration vet fmt-check fuzz bench clean
+.PHONY: all build run test kubebin vet fmt-check fuzz bench clean
 
 all: build
 
@@ -17,10 +17,16 @@ run: build
 	./scripts/run-example.sh
 
 # Every test, with the race detector: unit tests, a short fuzz of the ipc
-# decoder, and the integration tests that run the real binary.
-test: vet fmt-check
+# decoder, and the integration tests that run the real binary (the
+# Kubernetes ones against a real kube-apiserver and etcd, built once).
+test: vet fmt-check kubebin
 	$(GO) test -race -count=1 -timeout 14m ./...
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 10s ./ipc
+
+# kube-apiserver and etcd for the Kubernetes integration tests, built from
+# the Go module proxy into .cache/kubebin when missing.
+kubebin:
+	./scripts/kubebin.sh
 
 vet:
 	$(GO) vet ./...

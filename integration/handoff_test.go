@@ -54,7 +54,7 @@ func TestHandoffsUnderLoad(t *testing.T) {
 func TestHandoffsIPv6(t *testing.T) {
 	be := startBackend(t)
 	b := startBaton(t, options{workers: 2, reusePort: true, host: "[::1]", tcp: true}.configYAML(be))
-	if addr := b.address("web"); addr[0] != '[' {
+	if addr := b.Address("web"); addr[0] != '[' {
 		t.Fatalf("web listens on %s, want [::1]", addr)
 	}
 	res, hs := handoffsUnderLoad(t, b, 10)
@@ -75,8 +75,8 @@ func handoffsUnderLoad(t *testing.T, b *batonProc, n int) (*load.Result, []super
 	done := make(chan *load.Result, 1)
 	go func() {
 		done <- load.Run(ctx, load.Config{
-			HTTPAddr:   b.address("web"),
-			TCPAddr:    b.address("echo"),
+			HTTPAddr:   b.Address("web"),
+			TCPAddr:    b.Address("echo"),
 			Duration:   5 * time.Minute,
 			KeepAlive:  4,
 			NewConn:    2,
@@ -93,7 +93,7 @@ func handoffsUnderLoad(t *testing.T, b *batonProc, n int) (*load.Result, []super
 	waitTraffic()
 	var hs []supervisor.Handoff
 	for range n {
-		hs = append(hs, b.sighup())
+		hs = append(hs, b.SIGHUP())
 		waitTraffic()
 	}
 	stop()
@@ -101,14 +101,14 @@ func handoffsUnderLoad(t *testing.T, b *batonProc, n int) (*load.Result, []super
 	// Every old generation drains once its last stream ends; the final
 	// status then has each handoff's drain time.
 	waitFor(t, 60*time.Second, "the old generations to drain", func() bool {
-		for _, g := range b.status().Generations {
+		for _, g := range b.Status().Generations {
 			if g.State == supervisor.GenDraining {
 				return false
 			}
 		}
 		return true
 	})
-	final := b.status().Handoffs
+	final := b.Status().Handoffs
 	if len(final) > len(hs) {
 		final = final[len(final)-len(hs):]
 	}

@@ -48,12 +48,12 @@ func sockets(links map[string]string) map[string]bool {
 func TestWorkerHoldsOnlyItsDescriptors(t *testing.T) {
 	be := startBackend(t)
 	b := startBaton(t, options{workers: 2, reusePort: true, sockets: 2, tcp: true}.configYAML(be))
-	sup := b.cmd.Process.Pid
+	sup := b.Cmd.Process.Pid
 	for range 3 {
-		b.sighup()
+		b.SIGHUP()
 	}
 	waitFor(t, 30*time.Second, "old generations to exit", func() bool {
-		for _, g := range b.status().Generations {
+		for _, g := range b.Status().Generations {
 			if g.State == supervisor.GenDraining {
 				return false
 			}
@@ -62,7 +62,7 @@ func TestWorkerHoldsOnlyItsDescriptors(t *testing.T) {
 	})
 	supFDs := fdLinks(t, sup)
 	supSockets := sockets(supFDs)
-	workers := b.activeWorkers()
+	workers := b.ActiveWorkers()
 	seen := make(map[string]int)
 	for _, w := range workers {
 		links := fdLinks(t, w.PID)
@@ -100,7 +100,7 @@ func TestWorkerHoldsOnlyItsDescriptors(t *testing.T) {
 
 	// Reloads must not leak descriptors in the supervisor.
 	for range 10 {
-		b.sighup()
+		b.SIGHUP()
 	}
 	// (The first count may include a control connection being closed.)
 	waitFor(t, 30*time.Second, "descriptors back to their count", func() bool {
@@ -111,30 +111,30 @@ func TestWorkerHoldsOnlyItsDescriptors(t *testing.T) {
 func TestStopIsGracefulThenImmediate(t *testing.T) {
 	be := startBackend(t)
 	b := startBaton(t, options{workers: 2, drainTimeout: "5m", tcp: true}.configYAML(be))
-	workers := b.activeWorkers()
+	workers := b.ActiveWorkers()
 	// A stream that would keep a draining worker busy for minutes.
 	done := make(chan *load.Result, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		done <- load.Run(ctx, load.Config{TCPAddr: b.address("echo"), Duration: time.Minute, TCPStreams: 1, StreamLife: time.Minute, StreamInterval: 50 * time.Millisecond})
+		done <- load.Run(ctx, load.Config{TCPAddr: b.Address("echo"), Duration: time.Minute, TCPStreams: 1, StreamLife: time.Minute, StreamInterval: 50 * time.Millisecond})
 	}()
 	waitFor(t, 10*time.Second, "the stream", func() bool {
-		for _, w := range b.activeWorkers() {
+		for _, w := range b.ActiveWorkers() {
 			if w.Connections > 0 {
 				return true
 			}
 		}
 		return false
 	})
-	b.cmd.Process.Signal(syscall.SIGTERM)
+	b.Cmd.Process.Signal(syscall.SIGTERM)
 	waitFor(t, 10*time.Second, "the supervisor to report stopping", func() bool {
-		st, err := b.tryStatus()
+		st, err := b.TryStatus()
 		return err == nil && st.Stopping
 	})
-	b.cmd.Process.Signal(syscall.SIGTERM)
+	b.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-b.exited:
+	case <-b.Exited:
 	case <-time.After(30 * time.Second):
 		t.Fatal("a second SIGTERM did not stop baton at once")
 	}
@@ -145,7 +145,7 @@ func TestStopIsGracefulThenImmediate(t *testing.T) {
 			t.Errorf("worker %d outlived the supervisor", w.PID)
 		}
 	}
-	if _, err := os.Stat(b.socket); !os.IsNotExist(err) {
+	if _, err := os.Stat(b.Socket); !os.IsNotExist(err) {
 		t.Errorf("control socket left behind: %v", err)
 	}
 }
@@ -153,18 +153,18 @@ func TestStopIsGracefulThenImmediate(t *testing.T) {
 func TestGracefulStopExitsZero(t *testing.T) {
 	be := startBackend(t)
 	b := startBaton(t, options{workers: 2}.configYAML(be))
-	workers := b.activeWorkers()
-	out, err := b.ctl("stop")
+	workers := b.ActiveWorkers()
+	out, err := b.Ctl("stop")
 	if err != nil || !strings.Contains(out, "stopped") {
 		t.Fatalf("baton stop: %v %s", err, out)
 	}
 	select {
-	case <-b.exited:
+	case <-b.Exited:
 	case <-time.After(30 * time.Second):
 		t.Fatal("baton did not exit after stop")
 	}
-	if b.exitErr != nil {
-		t.Errorf("baton exited with %v after a graceful stop", b.exitErr)
+	if b.ExitErr != nil {
+		t.Errorf("baton exited with %v after a graceful stop", b.ExitErr)
 	}
 	for _, w := range workers {
 		if processAlive(w.PID) && isBatonWorker(w.PID) {

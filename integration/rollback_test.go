@@ -20,7 +20,7 @@ func background(t *testing.T, b *batonProc, tcp bool) func() *load.Result {
 	t.Helper()
 	var progress atomic.Uint64
 	cfg := load.Config{
-		HTTPAddr:  b.address("web"),
+		HTTPAddr:  b.Address("web"),
 		Duration:  5 * time.Minute,
 		KeepAlive: 2,
 		NewConn:   1,
@@ -28,7 +28,7 @@ func background(t *testing.T, b *batonProc, tcp bool) func() *load.Result {
 		Progress:  &progress,
 	}
 	if tcp {
-		cfg.TCPAddr, cfg.TCPStreams, cfg.StreamLife = b.address("echo"), 1, 300*time.Millisecond
+		cfg.TCPAddr, cfg.TCPStreams, cfg.StreamLife = b.Address("echo"), 1, 300*time.Millisecond
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan *load.Result, 1)
@@ -55,25 +55,25 @@ func TestInvalidConfigIsRefused(t *testing.T) {
 	good := options{workers: 2, reusePort: true}.configYAML(be)
 	b := startBaton(t, good)
 	stop := background(t, b, false)
-	before := b.status()
+	before := b.Status()
 
-	b.writeConfig(good + "workerz: 3\n")
-	out, err := b.ctl("reload")
+	b.WriteConfig(good + "workerz: 3\n")
+	out, err := b.Ctl("reload")
 	if err == nil || !strings.Contains(out, "refused") || !strings.Contains(out, "workerz") {
 		t.Errorf("baton reload with an unknown key: err %v, output %q; want a failure naming the key", err, out)
 	}
-	b.writeConfig(strings.Replace(good, "backend: app", "backend: nope", 1))
-	h := b.sighup()
+	b.WriteConfig(strings.Replace(good, "backend: app", "backend: nope", 1))
+	h := b.SIGHUP()
 	if h.Outcome != supervisor.OutcomeRefused || !strings.Contains(h.Reason, `backend "nope" is not defined`) {
 		t.Errorf("SIGHUP with a bad route: %s %q, want refused naming the backend", h.Outcome, h.Reason)
 	}
-	after := b.status()
+	after := b.Status()
 	if after.ActiveGeneration != before.ActiveGeneration {
 		t.Errorf("active generation %d -> %d after refused reloads", before.ActiveGeneration, after.ActiveGeneration)
 	}
 
-	b.writeConfig(good)
-	if out, err := b.ctl("reload"); err != nil {
+	b.WriteConfig(good)
+	if out, err := b.Ctl("reload"); err != nil {
 		t.Errorf("reload of the good config: %v: %s", err, out)
 	}
 	noFailures(t, stop())
@@ -83,11 +83,11 @@ func TestInvalidConfigIsRefused(t *testing.T) {
 // binary, as a broken deploy would.
 func replaceBinary(t *testing.T, b *batonProc, script string) {
 	t.Helper()
-	tmp := b.bin + ".new"
+	tmp := b.Bin + ".new"
 	if err := os.WriteFile(tmp, []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(tmp, b.bin); err != nil {
+	if err := os.Rename(tmp, b.Bin); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -96,19 +96,19 @@ func TestCrashingWorkerIsRolledBack(t *testing.T) {
 	be := startBackend(t)
 	b := startBaton(t, options{workers: 2, reusePort: true, tcp: true}.configYAML(be))
 	stop := background(t, b, true)
-	before := b.activeWorkers()
+	before := b.ActiveWorkers()
 
 	replaceBinary(t, b, "echo 'worker: boom' >&2; exit 3")
-	out, err := b.ctl("reload")
+	out, err := b.Ctl("reload")
 	if err == nil || !strings.Contains(out, "failed") || !strings.Contains(out, "exit status 3") {
 		t.Errorf("reload with a crashing worker: err %v, output %q; want failed with exit status 3", err, out)
 	}
-	if after := b.activeWorkers(); fmt.Sprint(pids(after)) != fmt.Sprint(pids(before)) {
+	if after := b.ActiveWorkers(); fmt.Sprint(pids(after)) != fmt.Sprint(pids(before)) {
 		t.Errorf("active workers changed from %v to %v after a failed handoff", pids(before), pids(after))
 	}
 
-	copyFile(t, batonBin, b.bin) // the fixed deploy
-	if out, err := b.ctl("reload"); err != nil {
+	copyFile(t, batonBin, b.Bin) // the fixed deploy
+	if out, err := b.Ctl("reload"); err != nil {
 		t.Errorf("reload after fixing the binary: %v: %s", err, out)
 	}
 	noFailures(t, stop())
@@ -118,14 +118,14 @@ func TestWorkerNeverReadyIsRolledBack(t *testing.T) {
 	be := startBackend(t)
 	b := startBaton(t, options{workers: 1, readyTimeout: "1s"}.configYAML(be))
 	stop := background(t, b, false)
-	active := b.status().ActiveGeneration
+	active := b.Status().ActiveGeneration
 
 	replaceBinary(t, b, "exec sleep 300")
-	out, err := b.ctl("reload")
+	out, err := b.Ctl("reload")
 	if err == nil || !strings.Contains(out, "not ready within readyTimeout 1s") {
 		t.Errorf("reload with a worker that never gets ready: err %v, output %q", err, out)
 	}
-	st := b.status()
+	st := b.Status()
 	if st.ActiveGeneration != active {
 		t.Errorf("active generation %d -> %d", active, st.ActiveGeneration)
 	}
@@ -146,7 +146,7 @@ func TestWorkerNeverReadyIsRolledBack(t *testing.T) {
 		}
 		return true
 	})
-	copyFile(t, batonBin, b.bin)
+	copyFile(t, batonBin, b.Bin)
 	noFailures(t, stop())
 }
 
@@ -156,22 +156,22 @@ func TestWorkerNeverReadyIsRolledBack(t *testing.T) {
 func TestConcurrentReloadsAreCoalesced(t *testing.T) {
 	be := startBackend(t)
 	b := startBaton(t, options{workers: 1}.configYAML(be))
-	real := b.bin + ".real"
+	real := b.Bin + ".real"
 	copyFile(t, batonBin, real)
 	replaceBinary(t, b, "sleep 0.5; exec "+real+` "$@"`)
-	startID := b.status().Handoffs[0].ID
+	startID := b.Status().Handoffs[0].ID
 
 	first := make(chan error, 1)
-	go func() { _, err := b.ctl("reload"); first <- err }()
+	go func() { _, err := b.Ctl("reload"); first <- err }()
 	waitFor(t, 10*time.Second, "the first reload to start", func() bool {
-		hs := b.status().Handoffs
+		hs := b.Status().Handoffs
 		return hs[len(hs)-1].ID > startID
 	})
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
 	for range 4 {
 		wg.Go(func() {
-			if out, err := b.ctl("reload"); err != nil {
+			if out, err := b.Ctl("reload"); err != nil {
 				errs <- fmt.Errorf("%v: %s", err, out)
 			}
 		})
@@ -185,7 +185,7 @@ func TestConcurrentReloadsAreCoalesced(t *testing.T) {
 		t.Errorf("first reload: %v", err)
 	}
 	var got []supervisor.Handoff
-	for _, h := range b.status().Handoffs {
+	for _, h := range b.Status().Handoffs {
 		if h.ID > startID {
 			got = append(got, h)
 		}
@@ -201,16 +201,16 @@ func TestConcurrentReloadsAreCoalesced(t *testing.T) {
 func TestKilledWorkerIsRestarted(t *testing.T) {
 	be := startBackend(t)
 	b := startBaton(t, options{workers: 1}.configYAML(be))
-	victim := b.activeWorkers()[0]
+	victim := b.ActiveWorkers()[0]
 	if err := killProcess(victim.PID); err != nil {
 		t.Fatal(err)
 	}
 	// Clients arriving while the slot restarts wait in the accept queue,
 	// which the supervisor keeps open; none is refused.
-	res := load.Run(context.Background(), load.Config{HTTPAddr: b.address("web"), Duration: time.Second, KeepAlive: 2, NewConn: 2, Post: 1})
+	res := load.Run(context.Background(), load.Config{HTTPAddr: b.Address("web"), Duration: time.Second, KeepAlive: 2, NewConn: 2, Post: 1})
 	noFailures(t, res)
 	waitFor(t, 10*time.Second, "the restarted worker", func() bool {
-		w := b.activeWorkers()[0]
+		w := b.ActiveWorkers()[0]
 		return w.Restarts == 1 && w.State == supervisor.WorkerReady && w.PID != victim.PID
 	})
 	if res.Requests == 0 {

@@ -1,0 +1,294 @@
+// Package harness runs the real baton binary for integration tests: it
+// starts `baton run` with a config, talks to its control socket, sends it
+// signals, and checks at the end that no worker outlived it.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-proxy/baton/ipc"
+	"github.com/baton-proxy/baton/supervisor"
+)
+
+// BuildBaton builds cmd/baton into dir, with the race detector when race
+// is set (tests that run with -race test a race-enabled baton).
+func BuildBaton(dir string, race bool) (string, error) {
+	bin := filepath.Join(dir, "baton")
+	args := []string{"build", "-o", bin}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "github.com/baton-proxy/baton/cmd/baton")...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build baton: %w", err)
+	}
+	return bin, nil
+}
+
+// WaitFor polls cond until it holds, or fails t after timeout.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Baton is one running `baton run`.
+type Baton struct {
+	t   testing.TB
+	cli string // the baton binary the test built, for CLI commands
+	// Dir holds the config, the control socket and the worker binary.
+	Dir string
+	// Bin is where the supervisor finds its worker binary: a copy, which
+	// a test may replace as a deploy would.
+	Bin     string
+	Config  string
+	Socket  string
+	Cmd     *exec.Cmd
+	Logs    *SyncBuffer
+	Exited  chan struct{} // closed when the supervisor has exited
+	ExitErr error         // set before Exited is closed
+}
+
+// Start writes cfg (with @DIR@ replaced by the test's folder) and runs
+// `baton run` with it, from a copy of cli, and waits for the first
+// generation to be active.
+func Start(t testing.TB, cli, cfg string) *Baton {
+	t.Helper()
+	dir := t.TempDir()
+	b := &Baton{t: t, cli: cli, Dir: dir, Bin: filepath.Join(dir, "baton"), Config: filepath.Join(dir, "baton.yaml"), Logs: &SyncBuffer{}, Exited: make(chan struct{})}
+	b.Socket = filepath.Join(dir, "run", "control.sock")
+	CopyFile(t, cli, b.Bin)
+	b.WriteConfig(cfg)
+	b.Cmd = exec.Command(b.Bin, "--log-format", "json", "run", "--config", b.Config)
+	b.Cmd.Stdout, b.Cmd.Stderr = b.Logs, b.Logs
+	// A race-enabled binary sleeps a second at exit by default, which
+	// would count in every drain.
+	b.Cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=20")
+	if err := b.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		b.ExitErr = b.Cmd.Wait()
+		close(b.Exited)
+	}()
+	t.Cleanup(b.cleanup)
+	WaitFor(t, 60*time.Second, "the first generation", func() bool {
+		select {
+		case <-b.Exited:
+			t.Fatalf("baton exited at start: %v\n%s", b.ExitErr, b.Logs)
+		default:
+		}
+		st, err := b.TryStatus()
+		return err == nil && st.ActiveGeneration > 0
+	})
+	return b
+}
+
+// WriteConfig replaces the config file.
+func (b *Baton) WriteConfig(cfg string) {
+	cfg = strings.ReplaceAll(cfg, "@DIR@", b.Dir)
+	if err := os.WriteFile(b.Config, []byte(cfg), 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// cleanup stops baton gracefully and checks that no worker outlives it.
+func (b *Baton) cleanup() {
+	t := b.t
+	select {
+	case <-b.Exited:
+	default:
+		st, err := b.TryStatus()
+		if err != nil {
+			st = &supervisor.Status{}
+		}
+		b.Cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-b.Exited:
+		case <-time.After(60 * time.Second):
+			b.Cmd.Process.Kill()
+			<-b.Exited
+			t.Errorf("baton did not stop within 60s of SIGTERM")
+		}
+		for _, g := range st.Generations {
+			for _, w := range g.Workers {
+				if w.PID > 0 && ProcessAlive(w.PID) && IsBatonWorker(w.PID) {
+					t.Errorf("worker pid %d (generation %d) outlived the supervisor", w.PID, g.ID)
+					syscall.Kill(w.PID, syscall.SIGKILL)
+				}
+			}
+		}
+	}
+	if t.Failed() {
+		t.Logf("baton logs:\n%s", b.Logs)
+	}
+	if strings.Contains(b.Logs.String(), "WARNING: DATA RACE") {
+		t.Errorf("the race detector reported a data race in baton:\n%s", b.Logs)
+	}
+}
+
+// TryStatus asks the control socket for the status.
+func (b *Baton) TryStatus() (*supervisor.Status, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := ipc.Call(ctx, b.Socket, ipc.Request{Command: supervisor.CommandStatus})
+	if err != nil {
+		return nil, err
+	}
+	if !resp.OK {
+		return nil, errors.New(resp.Error)
+	}
+	var st supervisor.Status
+	return &st, json.Unmarshal(resp.Result, &st)
+}
+
+// Status is TryStatus, failing the test on error.
+func (b *Baton) Status() *supervisor.Status {
+	b.t.Helper()
+	st, err := b.TryStatus()
+	if err != nil {
+		b.t.Fatalf("status: %v\n%s", err, b.Logs)
+	}
+	return st
+}
+
+// Address returns the bound address of a listener.
+func (b *Baton) Address(name string) string {
+	b.t.Helper()
+	for _, l := range b.Status().Listeners {
+		if l.Name == name {
+			return l.Address
+		}
+	}
+	b.t.Fatalf("no listener %q", name)
+	return ""
+}
+
+// SIGHUP sends SIGHUP and waits for the handoff it starts to be decided.
+func (b *Baton) SIGHUP() supervisor.Handoff {
+	b.t.Helper()
+	before := b.Status().Handoffs
+	lastID := before[len(before)-1].ID
+	if err := b.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		b.t.Fatal(err)
+	}
+	var h supervisor.Handoff
+	WaitFor(b.t, 60*time.Second, "the handoff after SIGHUP", func() bool {
+		hs := b.Status().Handoffs
+		last := hs[len(hs)-1]
+		if last.ID > lastID && last.Outcome != supervisor.OutcomePending {
+			h = last
+			return true
+		}
+		return false
+	})
+	return h
+}
+
+// Ctl runs a baton CLI command against this supervisor and returns its
+// output and exit error.
+func (b *Baton) Ctl(args ...string) (string, error) {
+	cmd := exec.Command(b.cli, append(args, "--socket", b.Socket)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// ActiveWorkers returns the workers of the active generation.
+func (b *Baton) ActiveWorkers() []supervisor.WorkerStatus {
+	b.t.Helper()
+	st := b.Status()
+	for _, g := range st.Generations {
+		if g.ID == st.ActiveGeneration {
+			return g.Workers
+		}
+	}
+	b.t.Fatalf("no active generation")
+	return nil
+}
+
+// ProcessAlive reports whether pid exists.
+func ProcessAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// IsBatonWorker reports whether pid runs `baton worker` (a pid may have
+// been reused by another process).
+func IsBatonWorker(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := bytes.Split(bytes.TrimRight(b, "\x00"), []byte{0})
+	return len(args) >= 2 && string(args[len(args)-1]) == "worker" && strings.HasSuffix(string(args[0]), "baton")
+}
+
+// KillWorker sends SIGKILL to a baton worker.
+func KillWorker(pid int) error {
+	if !IsBatonWorker(pid) {
+		return fmt.Errorf("pid %d is not a baton worker", pid)
+	}
+	return syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// CopyFile copies from to to and renames it into place, as a deploy does:
+// a running process keeps its binary, the next exec reads the new one.
+func CopyFile(t testing.TB, from, to string) {
+	t.Helper()
+	in, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	tmp := to + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SyncBuffer is a bytes.Buffer safe for a process's output and a test.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
