@@ -31,6 +31,9 @@ type Proxy struct {
 	draining atomic.Bool
 	stats    counters
 	buffers  bufferPool
+	// changed signals (capacity 1) that a backend's endpoints changed, so
+	// that the worker reports them at once.
+	changed chan struct{}
 }
 
 // counters are the worker's statistics, reported to the supervisor.
@@ -43,7 +46,7 @@ type counters struct {
 
 // New compiles cfg's backends and routes.
 func New(cfg *config.Config, log *zap.Logger) *Proxy {
-	p := &Proxy{cfg: cfg, log: log, backends: make(map[string]*backend)}
+	p := &Proxy{cfg: cfg, log: log, backends: make(map[string]*backend), changed: make(chan struct{}, 1)}
 	for _, bc := range cfg.Backends {
 		b := newBackend(bc, cfg.HTTP.MaxHeaderBytes)
 		b.proxy = p.newReverseProxy(b)
@@ -173,6 +176,10 @@ func (p *Proxy) ApplyKube(us []kube.Update) {
 		if b := p.backends[u.Backend]; b != nil {
 			b.update(u.Endpoints, u.Err)
 		}
+	}
+	select {
+	case p.changed <- struct{}{}:
+	default:
 	}
 }
 

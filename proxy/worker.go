@@ -58,13 +58,15 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger) error {
 		defer close(reported)
 		t := time.NewTicker(StatsInterval)
 		defer t.Stop()
+		w.SendStats(p.Stats())
 		for {
 			select {
 			case <-t.C:
-				w.SendStats(p.Stats())
+			case <-p.changed: // endpoints changed: status shows it now
 			case <-stop:
 				return
 			}
+			w.SendStats(p.Stats())
 		}
 	}()
 

@@ -7,7 +7,6 @@ package kube
 
 import (
 	"bufio"
-	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -241,7 +240,7 @@ current-context: test
 // addAddr puts ip on the namespace's lo, as a pod's or a Service's address.
 func addAddr(ip string) error {
 	out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", "lo").CombinedOutput()
-	if err != nil && !strings.Contains(string(out), "File exists") {
+	if err != nil && !strings.Contains(string(out), "File exists") && !strings.Contains(string(out), "already assigned") {
 		return fmt.Errorf("ip addr add %s: %v: %s", ip, err, out)
 	}
 	return nil
