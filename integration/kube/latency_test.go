@@ -120,4 +120,3 @@ func sliceLatency(b *testing.B, n int) {
 	b.ReportMetric(q(0.99), "p99-ms")
 	b.ReportMetric(0, "ns/op")
 }
-
