@@ -182,13 +182,14 @@ func (ep *endpoint) connectFailed() {
 	ep.ejected.Store(time.Now().Add(min(d, ejectMax)).UnixNano())
 }
 
-// connected resets ep's failure counts.
+// connected resets ep's failure counts once it connects again.
 func (ep *endpoint) connected() {
 	if ep.fails.Load() != 0 {
 		ep.fails.Store(0)
 	}
-	if ep.ejects.Load() != 0 && !ep.ejectedNow(time.Now().UnixNano()) {
+	if ep.ejected.Load() != 0 && !ep.ejectedNow(time.Now().UnixNano()) {
 		ep.ejects.Store(0)
+		ep.ejected.Store(0)
 	}
 }
 

@@ -43,15 +43,27 @@ func (a *attempt) has(ep *endpoint) bool {
 // endpoint has been tried. Ejected endpoints are skipped unless nothing
 // else is left.
 func (b *backend) pick(set *endpointSet, a *attempt) *endpoint {
-	if ep := a.sticky; ep != nil && !a.has(ep) && !ep.ejectedNow(time.Now().UnixNano()) {
+	var now int64 // read the clock only when an endpoint was ever ejected
+	usable := func(ep *endpoint) bool {
+		if a.has(ep) {
+			return false
+		}
+		until := ep.ejected.Load()
+		if until == 0 {
+			return true
+		}
+		if now == 0 {
+			now = time.Now().UnixNano()
+		}
+		return until <= now
+	}
+	if ep := a.sticky; ep != nil && usable(ep) {
 		return ep
 	}
 	n := len(set.active)
 	if n == 0 {
 		return nil
 	}
-	now := time.Now().UnixNano()
-	usable := func(ep *endpoint) bool { return !a.has(ep) && !ep.ejectedNow(now) }
 	switch {
 	case a.hashed && len(set.ring) > 0:
 		if ep := set.ringPick(a.hash, usable); ep != nil {

@@ -95,17 +95,7 @@ func parseRequest(h *reqHead, head []byte) error {
 			}
 			te = hd.value
 		case eqFold(hd.name, "connection"):
-			forTokens(hd.value, func(tok []byte) {
-				switch {
-				case eqFold(tok, "close"):
-					h.close = true
-				case eqFold(tok, "keep-alive"):
-					keepAlive = true
-				case eqFold(tok, "upgrade"):
-				default:
-					h.hopByHop = append(h.hopByHop, tok)
-				}
-			})
+			h.hopByHop = connectionTokens(hd.value, &h.close, &keepAlive, h.hopByHop)
 			if hasToken(hd.value, "upgrade") {
 				h.upgrade = []byte{} // set below from the Upgrade header
 			}
@@ -189,17 +179,7 @@ func parseResponse(h *respHead, head []byte) error {
 			}
 			h.chunked = true
 		case eqFold(hd.name, "connection"):
-			forTokens(hd.value, func(tok []byte) {
-				switch {
-				case eqFold(tok, "close"):
-					h.close = true
-				case eqFold(tok, "keep-alive"):
-					keepAlive = true
-				case eqFold(tok, "upgrade"):
-				default:
-					h.hopByHop = append(h.hopByHop, tok)
-				}
-			})
+			h.hopByHop = connectionTokens(hd.value, &h.close, &keepAlive, h.hopByHop)
 		}
 	}
 	if h.chunked {
@@ -209,6 +189,24 @@ func parseResponse(h *respHead, head []byte) error {
 		h.close = true
 	}
 	return nil
+}
+
+// connectionTokens reads a Connection header: close and keep-alive set
+// their flags; other names (but upgrade) are headers to drop, appended to
+// named.
+func connectionTokens(v []byte, close, keepAlive *bool, named [][]byte) [][]byte {
+	forTokens(v, func(tok []byte) {
+		switch {
+		case eqFold(tok, "close"):
+			*close = true
+		case eqFold(tok, "keep-alive"):
+			*keepAlive = true
+		case eqFold(tok, "upgrade"):
+		default:
+			named = append(named, tok)
+		}
+	})
+	return named
 }
 
 // parseHeaders splits header lines into hs.

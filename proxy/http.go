@@ -24,11 +24,10 @@ const drainPoll = 5 * time.Millisecond
 // the HTTP/2 preface (h2c) are handed to a net/http server whose handler is
 // an httputil.ReverseProxy.
 type httpFrontend struct {
-	name    string
-	p       *Proxy
-	lns     []net.Listener
-	serving sync.WaitGroup // accept loops
-	conns   sync.WaitGroup // h1conn goroutines
+	name  string
+	p     *Proxy
+	acc   acceptor
+	conns sync.WaitGroup // h1conn goroutines
 	// inflight counts HTTP/2 requests and upgraded tunnels.
 	inflight sync.WaitGroup
 	h2       *h2Server
@@ -46,35 +45,11 @@ func newHTTPFrontend(name string, p *Proxy) *httpFrontend {
 
 // serve accepts on lns until the frontend stops accepting.
 func (f *httpFrontend) serve(lns []net.Listener) {
-	f.lns = lns
-	for _, ln := range lns {
-		f.serving.Add(1)
-		go f.acceptLoop(ln)
-	}
-}
-
-func (f *httpFrontend) acceptLoop(ln net.Listener) {
-	defer f.serving.Done()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			f.p.log.Error("accept", zap.String("listener", f.name), zap.Error(err))
-			time.Sleep(10 * time.Millisecond) // EMFILE and the like
-			continue
-		}
-		f.p.stats.accepted.Add(1)
-		f.p.stats.conns.Add(1)
+	f.acc.start(f.p, f.name, lns, func(c net.Conn) {
 		hc := f.newConn(c)
 		f.conns.Add(1)
 		go hc.serve()
-	}
+	})
 }
 
 func (f *httpFrontend) newConn(c net.Conn) *h1conn {
@@ -113,15 +88,8 @@ func (f *httpFrontend) forget(hc *h1conn) {
 	f.conns.Done()
 }
 
-// stopAccepting closes the frontend's listeners. The sockets stay open in
-// the supervisor and the next generation; only this worker stops taking
-// connections from them.
-func (f *httpFrontend) stopAccepting() {
-	for _, ln := range f.lns {
-		ln.Close()
-	}
-	f.serving.Wait()
-}
+// stopAccepting closes the frontend's listeners.
+func (f *httpFrontend) stopAccepting() { f.acc.stop() }
 
 // drain finishes the frontend's connections. The proxy's draining flag is
 // set: every response carries Connection: close. Keep-alive connections

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"sync"
@@ -15,8 +14,7 @@ type tcpFrontend struct {
 	name    string
 	p       *Proxy
 	backend *backend
-	lns     []net.Listener
-	serving sync.WaitGroup // accept loops
+	acc     acceptor
 	streams sync.WaitGroup // proxied streams
 
 	mu      sync.Mutex            // protects conns and closing
@@ -29,36 +27,13 @@ func newTCPFrontend(name string, p *Proxy, b *backend) *tcpFrontend {
 }
 
 func (f *tcpFrontend) serve(lns []net.Listener) {
-	f.lns = lns
-	for _, ln := range lns {
-		f.serving.Add(1)
-		go f.acceptLoop(ln)
-	}
-}
-
-func (f *tcpFrontend) acceptLoop(ln net.Listener) {
-	defer f.serving.Done()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			f.p.log.Error("accept", zap.String("listener", f.name), zap.Error(err))
-			return
-		}
-		f.p.stats.accepted.Add(1)
-		f.p.stats.conns.Add(1)
+	f.acc.start(f.p, f.name, lns, func(c net.Conn) {
 		f.mu.Lock()
 		f.conns[c] = nil
 		f.mu.Unlock()
 		f.streams.Add(1)
 		go f.proxy(c)
-	}
+	})
 }
 
 // proxy copies one stream both ways, passing half-closes along, until both
@@ -106,12 +81,7 @@ func closeWrite(c net.Conn) {
 	}
 }
 
-func (f *tcpFrontend) stopAccepting() {
-	for _, ln := range f.lns {
-		ln.Close()
-	}
-	f.serving.Wait()
-}
+func (f *tcpFrontend) stopAccepting() { f.acc.stop() }
 
 // drain lets the streams finish; at ctx's end it closes them.
 func (f *tcpFrontend) drain(ctx context.Context) {

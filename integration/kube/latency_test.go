@@ -51,7 +51,11 @@ func sliceLatency(b *testing.B, n int) {
 	}
 	// The last batch's count of ready endpoints, as baton's apply sees it.
 	applied := make(chan int, 64)
-	w := kube.New(client, []kube.Target{{Backend: "big", Namespace: ns, Service: "big", PortName: "http", Mode: kube.ModeEndpoints}},
+	source, err := kube.NewClient(kubeconfig, "baton-bench") // what a worker uses
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := kube.New(source, []kube.Target{{Backend: "big", Namespace: ns, Service: "big", PortName: "http", Mode: kube.ModeEndpoints}},
 		func(us []kube.Update) {
 			for _, u := range us {
 				ready := 0

@@ -1,18 +1,41 @@
 package kube
 
 import (
+	"context"
 	"fmt"
 	"os"
 
-	"k8s.io/client-go/kubernetes"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 )
+
+// Source lists and watches the two resources the watcher reads.
+type Source interface {
+	Services(namespace string) cache.ListerWatcher
+	EndpointSlices(namespace, labelSelector string) cache.ListerWatcher
+}
+
+// Client is a Source on an API server, with REST clients for core/v1 and
+// discovery/v1 only. client-go's Clientset registers every API group of
+// Kubernetes when the program starts, which would cost the supervisor
+// (the same binary) some 20 MiB and every worker its start-up time.
+type Client struct {
+	core, discovery *rest.RESTClient
+	params          runtime.ParameterCodec
+}
 
 // NewClient connects to the API server: with the kubeconfig file when one
 // is named; else in-cluster when running in a pod; else with $KUBECONFIG
 // or ~/.kube/config.
-func NewClient(kubeconfig, userAgent string) (kubernetes.Interface, error) {
+func NewClient(kubeconfig, userAgent string) (*Client, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -30,8 +53,61 @@ func NewClient(kubeconfig, userAgent string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes config: %w", err)
 	}
 	cfg.UserAgent = userAgent
-	// Informers list once and then watch; the limits matter only for
-	// the first list of a big cluster.
+	// Informers list once and then watch; the limits matter only for the
+	// first list of a big cluster.
 	cfg.QPS, cfg.Burst = 50, 100
-	return kubernetes.NewForConfig(cfg)
+	return newClient(cfg)
+}
+
+func newClient(cfg *rest.Config) (*Client, error) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, err
+		}
+	}
+	codecs := serializer.NewCodecFactory(scheme)
+	restFor := func(apiPath string, gv *schema.GroupVersion) (*rest.RESTClient, error) {
+		c := rest.CopyConfig(cfg)
+		c.APIPath = apiPath
+		c.GroupVersion = gv
+		c.NegotiatedSerializer = codecs.WithoutConversion()
+		return rest.RESTClientFor(c)
+	}
+	core, err := restFor("/api", &corev1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	disc, err := restFor("/apis", &discoveryv1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{core: core, discovery: disc, params: runtime.NewParameterCodec(scheme)}, nil
+}
+
+// Services lists and watches the Services of a namespace.
+func (c *Client) Services(namespace string) cache.ListerWatcher {
+	return c.listWatch(c.core, namespace, "services", "", func() runtime.Object { return &corev1.ServiceList{} })
+}
+
+// EndpointSlices lists and watches the EndpointSlices of a namespace that
+// match labelSelector.
+func (c *Client) EndpointSlices(namespace, labelSelector string) cache.ListerWatcher {
+	return c.listWatch(c.discovery, namespace, "endpointslices", labelSelector, func() runtime.Object { return &discoveryv1.EndpointSliceList{} })
+}
+
+func (c *Client) listWatch(rc *rest.RESTClient, ns, resource, selector string, newList func() runtime.Object) cache.ListerWatcher {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.LabelSelector = selector
+			out := newList()
+			err := rc.Get().Namespace(ns).Resource(resource).VersionedParams(&opts, c.params).Do(ctx).Into(out)
+			return out, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.LabelSelector = selector
+			opts.Watch = true
+			return rc.Get().Namespace(ns).Resource(resource).VersionedParams(&opts, c.params).Watch(ctx)
+		},
+	}
 }

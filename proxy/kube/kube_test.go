@@ -11,8 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -121,7 +124,7 @@ func TestClusterIPMode(t *testing.T) {
 
 // watch runs a Watcher on a fake clientset and returns the batches it
 // applies.
-func watch(t *testing.T, targets []Target, objs ...any) (*fake.Clientset, chan []Update) {
+func startWatch(t *testing.T, targets []Target, objs ...any) (*fake.Clientset, chan []Update) {
 	t.Helper()
 	var rt []any
 	rt = append(rt, objs...)
@@ -135,7 +138,7 @@ func watch(t *testing.T, targets []Target, objs ...any) (*fake.Clientset, chan [
 		}
 	}
 	batches := make(chan []Update, 16)
-	w := New(client, targets, func(u []Update) { batches <- u }, zaptest.NewLogger(t))
+	w := New(fakeSource{client}, targets, func(u []Update) { batches <- u }, zaptest.NewLogger(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	synced := make(chan error, 1)
 	done := make(chan struct{})
@@ -177,7 +180,7 @@ func TestWatcherAppliesChangesOnly(t *testing.T) {
 		{Backend: "web-vip", Namespace: "shop", Service: "web", PortName: "http", Mode: ModeClusterIP},
 		{Backend: "gone", Namespace: "shop", Service: "nope", PortName: "http", Mode: ModeEndpoints},
 	}
-	client, batches := watch(t, targets, svc, s)
+	client, batches := startWatch(t, targets, svc, s)
 	first := next(t, batches)
 	got := map[string]Update{}
 	for _, u := range first {
@@ -215,4 +218,34 @@ func TestWatcherAppliesChangesOnly(t *testing.T) {
 	if len(u) != 1 || u[0].Backend != "gone" || u[0].Err != nil {
 		t.Fatalf("after the service appeared: %+v", u)
 	}
+}
+
+// fakeSource is a Source on client-go's fake clientset.
+type fakeSource struct{ c *fake.Clientset }
+
+// The fake clientset cannot stream a list through a watch: its
+// ListerWatchers say so, and the reflector lists instead.
+
+func (f fakeSource) Services(ns string) cache.ListerWatcher {
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return f.c.CoreV1().Services(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return f.c.CoreV1().Services(ns).Watch(ctx, o)
+		},
+	}, f.c)
+}
+
+func (f fakeSource) EndpointSlices(ns, selector string) cache.ListerWatcher {
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			return f.c.DiscoveryV1().EndpointSlices(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return f.c.DiscoveryV1().EndpointSlices(ns).Watch(ctx, o)
+		},
+	}, f.c)
 }

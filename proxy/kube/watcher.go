@@ -18,12 +18,9 @@ import (
 	"sync"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -64,7 +61,7 @@ type Update struct {
 
 // Watcher watches the Services of its targets.
 type Watcher struct {
-	client  kubernetes.Interface
+	source  Source
 	targets []Target
 	apply   func([]Update)
 	log     *zap.Logger
@@ -82,8 +79,8 @@ type Watcher struct {
 // nsCache is the informers of one namespace: every Service, and the
 // EndpointSlices of the Services the targets name.
 type nsCache struct {
-	factories []informers.SharedInformerFactory
-	services  corelisters.ServiceLister
+	informers []cache.SharedIndexInformer
+	services  cache.Indexer
 	slices    cache.Indexer
 	synced    []cache.InformerSynced
 }
@@ -91,9 +88,9 @@ type nsCache struct {
 // New returns a watcher of targets; apply receives every batch of updates,
 // from Run's goroutine, the first (every target) once the caches have
 // synced.
-func New(client kubernetes.Interface, targets []Target, apply func([]Update), log *zap.Logger) *Watcher {
+func New(source Source, targets []Target, apply func([]Update), log *zap.Logger) *Watcher {
 	w := &Watcher{
-		client:    client,
+		source:    source,
 		targets:   targets,
 		apply:     apply,
 		log:       log.Named("kube"),
@@ -120,18 +117,16 @@ func New(client kubernetes.Interface, targets []Target, apply func([]Update), lo
 func (w *Watcher) newNSCache(ns string, services []string) *nsCache {
 	sort.Strings(services)
 	selector := fmt.Sprintf("%s in (%s)", serviceNameLabel, strings.Join(services, ","))
-	svcFactory := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithNamespace(ns))
-	sliceFactory := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	svcInf := svcFactory.Core().V1().Services().Informer()
-	sliceInf := sliceFactory.Discovery().V1().EndpointSlices().Informer()
-	// Slices kept per slice name by the informer, indexed by Service.
-	sliceInf.AddIndexers(cache.Indexers{"service": func(obj any) ([]string, error) {
-		if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
-			return []string{s.Labels[serviceNameLabel]}, nil
-		}
-		return nil, nil
-	}})
+	svcInf := cache.NewSharedIndexInformer(w.source.Services(ns), &corev1.Service{}, 0, cache.Indexers{})
+	// Slices are kept per slice name by the informer (an endpoint may move
+	// between slices), and indexed by their Service.
+	sliceInf := cache.NewSharedIndexInformer(w.source.EndpointSlices(ns, selector), &discoveryv1.EndpointSlice{}, 0,
+		cache.Indexers{"service": func(obj any) ([]string, error) {
+			if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+				return []string{s.Labels[serviceNameLabel]}, nil
+			}
+			return nil, nil
+		}})
 	handler := func(label bool) cache.ResourceEventHandlerFuncs {
 		mark := func(obj any) { w.markObj(obj, label) }
 		return cache.ResourceEventHandlerFuncs{
@@ -150,8 +145,8 @@ func (w *Watcher) newNSCache(ns string, services []string) *nsCache {
 	svcInf.AddEventHandler(handler(false))
 	sliceInf.AddEventHandler(handler(true))
 	return &nsCache{
-		factories: []informers.SharedInformerFactory{svcFactory, sliceFactory},
-		services:  corelisters.NewServiceLister(svcInf.GetIndexer()),
+		informers: []cache.SharedIndexInformer{svcInf, sliceInf},
+		services:  svcInf.GetIndexer(),
 		slices:    sliceInf.GetIndexer(),
 		synced:    []cache.InformerSynced{svcInf.HasSynced, sliceInf.HasSynced},
 	}
@@ -188,18 +183,13 @@ func (w *Watcher) markObj(obj any, label bool) {
 // endpoints, reports on synced (nil, or the reason it could not sync), and
 // then applies changes until ctx ends, when it stops the informers.
 func (w *Watcher) Run(ctx context.Context, synced chan<- error) {
+	var running sync.WaitGroup
+	defer running.Wait() // the informers end with ctx
 	for _, c := range w.caches {
-		for _, f := range c.factories {
-			f.Start(ctx.Done())
+		for _, inf := range c.informers {
+			running.Go(func() { inf.RunWithContext(ctx) })
 		}
 	}
-	defer func() {
-		for _, c := range w.caches {
-			for _, f := range c.factories {
-				f.Shutdown()
-			}
-		}
-	}()
 	for ns, c := range w.caches {
 		if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 			synced <- fmt.Errorf("kube: caches of namespace %s did not sync: %w", ns, ctx.Err())
@@ -251,12 +241,13 @@ func (w *Watcher) flush() {
 
 func (w *Watcher) compute(t *Target) Update {
 	c := w.caches[t.Namespace]
-	svc, err := c.services.Services(t.Namespace).Get(t.Service)
+	var svc *corev1.Service
+	obj, exists, err := c.services.GetByKey(t.key())
 	if err != nil {
-		if !apierrors.IsNotFound(err) {
-			return Update{Backend: t.Backend, Err: err}
-		}
-		svc = nil
+		return Update{Backend: t.Backend, Err: err}
+	}
+	if exists {
+		svc, _ = obj.(*corev1.Service)
 	}
 	u := Update{Backend: t.Backend}
 	if t.Mode == ModeClusterIP {

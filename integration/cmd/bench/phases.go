@@ -257,6 +257,9 @@ func (b *bench) timeline() {
 // memResult is a target's memory and descriptors, idle and under load.
 type memResult struct {
 	MasterRSSKiB     int64 `json:"masterRssKiB"`
+	// MasterPrivateKiB is the part of MasterRSSKiB that is the process's
+	// own (RssAnon): the rest is the binary's pages, shared with workers.
+	MasterPrivateKiB int64 `json:"masterPrivateKiB"`
 	WorkerRSSIdleKiB int64 `json:"workerRssIdleKiB"` // per worker, average
 	WorkerRSSLoadKiB int64 `json:"workerRssLoadKiB"`
 	MasterFDs        int   `json:"masterFds"`
@@ -272,6 +275,9 @@ func (b *bench) memory(t target) (memResult, error) {
 	pids := t.PIDs()
 	m.Workers = len(pids["worker"])
 	m.MasterRSSKiB, m.MasterFDs = sumProc(pids["master"])
+	for _, p := range pids["master"] {
+		m.MasterPrivateKiB += procField(p, "RssAnon:")
+	}
 	m.WorkerRSSIdleKiB, m.WorkerFDsIdle = avgProc(pids["worker"])
 	done := make(chan error, 1)
 	go func() {
@@ -303,16 +309,23 @@ func avgProc(pids []int) (int64, int) {
 // procStats returns a process's resident memory in KiB and its open
 // descriptors.
 func procStats(pid int) (rssKiB int64, fds int) {
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "VmRSS:") {
-				f := strings.Fields(l)
-				rssKiB, _ = strconv.ParseInt(f[1], 10, 64)
-			}
-		}
-	}
 	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
 		fds = len(ents)
 	}
-	return rssKiB, fds
+	return procField(pid, "VmRSS:"), fds
+}
+
+// procField returns a KiB figure of /proc/PID/status.
+func procField(pid int, name string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, name) {
+			n, _ := strconv.ParseInt(strings.Fields(l)[1], 10, 64)
+			return n
+		}
+	}
+	return 0
 }
