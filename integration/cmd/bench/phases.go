@@ -256,7 +256,7 @@ func (b *bench) timeline() {
 
 // memResult is a target's memory and descriptors, idle and under load.
 type memResult struct {
-	MasterRSSKiB     int64 `json:"masterRssKiB"`
+	MasterRSSKiB int64 `json:"masterRssKiB"`
 	// MasterPrivateKiB is the part of MasterRSSKiB that is the process's
 	// own (RssAnon): the rest is the binary's pages, shared with workers.
 	MasterPrivateKiB int64 `json:"masterPrivateKiB"`
