@@ -20,9 +20,10 @@ const requestTimeout = 10 * time.Second
 
 // Control commands.
 const (
-	CommandStatus = "status"
-	CommandReload = "reload"
-	CommandStop   = "stop"
+	CommandStatus  = "status"
+	CommandReload  = "reload"
+	CommandStop    = "stop"
+	CommandUpgrade = "upgrade"
 )
 
 // listenControl opens the control socket: mode 0600 in a directory created
@@ -120,6 +121,11 @@ func (s *Supervisor) command(req ipc.Request) ipc.Response {
 	case CommandStop:
 		s.Stop(false)
 		<-s.done
+		return ipc.Response{OK: true}
+	case CommandUpgrade:
+		if err := s.Upgrade(); err != nil {
+			return ipc.Response{Error: "upgrade failed: " + err.Error()}
+		}
 		return ipc.Response{OK: true}
 	}
 	return ipc.Response{Error: fmt.Sprintf("unknown command %q", req.Command)}

@@ -376,6 +376,15 @@ func (s *Supervisor) promote(g *generation) {
 		s.drain(old, fmt.Sprintf("handoff to generation %d", g.id), time.Now().Add(g.cfg.DrainTimeout))
 	}
 	s.finishHandoff(h, OutcomeOK, "")
+	if !st.ready {
+		st.ready = true
+		if upg := s.opts.Upgrader; upg != nil {
+			// Tells a previous supervisor that it may drain and exit.
+			if err := upg.Ready(); err != nil {
+				s.log.Error("upgrader ready", zap.Error(err))
+			}
+		}
+	}
 	s.runPending()
 }
 

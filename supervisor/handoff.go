@@ -61,10 +61,14 @@ func (s *Supervisor) finishHandoff(h *handoff, outcome Outcome, reason string) {
 // handleReload starts a reload now, or queues it behind the one running.
 func (s *Supervisor) handleReload(ev reloadEvent) {
 	st := &s.state
-	if st.stopping {
+	if st.stopping || st.upgrading {
+		why := ErrStopping
+		if st.upgrading {
+			why = ErrUpgrading
+		}
 		h := s.newHandoff(ev.trigger, 1)
 		h.replies = append(h.replies, ev.reply)
-		s.finishHandoff(h, OutcomeRefused, ErrStopping.Error())
+		s.finishHandoff(h, OutcomeRefused, why.Error())
 		return
 	}
 	st.pending = append(st.pending, ev)

@@ -24,6 +24,9 @@ type loopState struct {
 	stopping  bool
 	stopAt    time.Time // kill everything left at this time while stopping
 	runErr    error     // what Run returns
+	upgrading bool      // an upgrade is starting the next supervisor
+	upgraded  bool      // the next supervisor has taken over
+	ready     bool      // the first generation was ready (Upgrader told)
 }
 
 // Events the loop handles.
@@ -33,7 +36,13 @@ type (
 		trigger string
 		reply   chan Handoff // nil: nobody waits
 	}
-	stopEvent   struct{ now bool }
+	stopEvent struct{ now bool }
+	// upgradeEvent asks for a self-upgrade; upgradeDone reports it.
+	upgradeEvent struct{ reply chan error }
+	upgradeDone  struct {
+		err   error
+		reply chan error
+	}
 	statusEvent struct{ reply chan Status }
 	// procMessage is a message from a worker process.
 	procMessage struct {
@@ -64,6 +73,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	st.sockets = newSocketTable()
 	defer st.sockets.closeAll()
+	upg := s.opts.Upgrader
+	if upg != nil && upg.HasParent() {
+		st.sockets.inherit = upg.File
+	}
 
 	cfg, err := s.opts.Load()
 	if err != nil {
@@ -71,14 +84,18 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		return err
 	}
 	st.cfg = cfg
-	ctl, err := listenControl(cfg.ControlSocket)
+	ctl, err := s.controlListener(cfg.ControlSocket)
 	if err != nil {
 		close(s.done)
 		return err
 	}
+	s.ctl = ctl
 	s.owned.Add(1)
 	go s.serveControl(ctl)
 	defer func() {
+		// After an upgrade the next supervisor answers on the same
+		// socket: leave its path in place.
+		ctl.SetUnlinkOnClose(!st.upgraded)
 		ctl.Close()
 		s.owned.Wait()
 	}()
@@ -100,6 +117,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 func (s *Supervisor) loop() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var exit <-chan struct{} // closed when a new supervisor has taken over
+	if s.opts.Upgrader != nil {
+		exit = s.opts.Upgrader.Exit()
+	}
 	for !s.finished() {
 		var tick <-chan time.Time
 		if next := s.nextDeadline(); !next.IsZero() {
@@ -111,6 +132,9 @@ func (s *Supervisor) loop() {
 			s.handle(ev)
 		case now := <-tick:
 			s.checkDeadlines(now)
+		case <-exit:
+			exit = nil
+			s.handleUpgraded()
 		}
 	}
 	s.log.Info("supervisor stopped")
@@ -130,6 +154,10 @@ func (s *Supervisor) handle(ev event) {
 		s.handleBroken(ev.p, ev.err)
 	case procExit:
 		s.handleExit(ev.p, ev.err)
+	case upgradeEvent:
+		s.handleUpgrade(ev.reply)
+	case upgradeDone:
+		s.handleUpgradeDone(ev)
 	default:
 		panic(fmt.Sprintf("supervisor: unknown event %T", ev))
 	}

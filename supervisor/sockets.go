@@ -29,7 +29,13 @@ const listenBacklog = 65535
 // fails would have to be closed the same way.
 type socketTable struct {
 	groups map[string]*group // by network and address
+	// inherit returns a socket a previous supervisor handed over (a
+	// self-upgrade), or nil. Nil: nothing is inherited.
+	inherit func(name string) (*os.File, error)
 }
+
+// fileName names socket i of a group for a self-upgrade.
+func fileName(key string, i int) string { return fmt.Sprintf("listener %s %d", key, i) }
 
 type group struct {
 	key       string
@@ -81,6 +87,14 @@ func (t *socketTable) acquire(specs []ListenerSpec, workers int) (*plan, error) 
 			want = 1
 		}
 		if g == nil {
+			var err error
+			g, err = t.inheritGroup(key, spec)
+			if err != nil {
+				undo()
+				return nil, fmt.Errorf("listener %s: %w", spec.Name, err)
+			}
+		}
+		if g == nil {
 			if want == 0 {
 				want = workers
 			}
@@ -127,6 +141,50 @@ func (t *socketTable) release(p *plan) {
 			delete(t.groups, g.key)
 		}
 	}
+}
+
+// inheritGroup takes over the sockets of a group that the previous
+// supervisor handed over, as many as it had; nil when there are none.
+func (t *socketTable) inheritGroup(key string, spec ListenerSpec) (*group, error) {
+	if t.inherit == nil {
+		return nil, nil
+	}
+	g := &group{key: key, network: spec.Network, address: spec.Address, reusePort: spec.ReusePort}
+	for i := 0; ; i++ {
+		f, err := t.inherit(fileName(key, i))
+		if err != nil {
+			g.close()
+			return nil, fmt.Errorf("inherit socket %d of %s: %w", i, spec.Address, err)
+		}
+		if f == nil {
+			break
+		}
+		g.sockets = append(g.sockets, &socket{file: f})
+	}
+	if len(g.sockets) == 0 {
+		return nil, nil
+	}
+	if spec.Network != "unix" {
+		bound, err := localAddr(g.sockets[0].file)
+		if err != nil {
+			g.close()
+			return nil, err
+		}
+		g.address = bound
+	}
+	t.groups[key] = g
+	return g, nil
+}
+
+// files returns every socket by its upgrade name.
+func (t *socketTable) files() map[string]*os.File {
+	m := make(map[string]*os.File)
+	for key, g := range t.groups {
+		for i, s := range g.sockets {
+			m[fileName(key, i)] = s.file
+		}
+	}
+	return m
 }
 
 // closeAll closes every socket, referenced or not.

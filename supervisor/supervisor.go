@@ -21,6 +21,7 @@ package supervisor
 import (
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -94,6 +95,28 @@ type Options struct {
 	Logger *zap.Logger
 	// Version is reported by status.
 	Version string
+	// Upgrader, when set, lets the supervisor hand its sockets to a new
+	// supervisor process (SIGUSR2, `baton upgrade`) and take them over
+	// from an old one. *tableflip.Upgrader implements it.
+	Upgrader Upgrader
+}
+
+// Upgrader hands listening sockets from one supervisor process to the next:
+// the new process inherits them, starts its own generation, and once that
+// is ready the old one drains and exits.
+type Upgrader interface {
+	// File returns a file the previous process handed over, or nil.
+	File(name string) (*os.File, error)
+	// AddFile registers a file to hand over at the next upgrade.
+	AddFile(name string, f *os.File) error
+	// Upgrade starts the new process and waits until it is ready.
+	Upgrade() error
+	// Ready says this process serves (a new one: the old may exit).
+	Ready() error
+	// Exit is closed once a new process has taken over.
+	Exit() <-chan struct{}
+	// HasParent reports whether this process is an upgrade.
+	HasParent() bool
 }
 
 // Errors.
@@ -102,6 +125,10 @@ var (
 	ErrStopping = errors.New("supervisor: stopping")
 	// ErrStartFailed is returned by Run when the first generation fails.
 	ErrStartFailed = errors.New("supervisor: first generation failed")
+	// ErrUpgrading refuses a reload or an upgrade while an upgrade runs.
+	ErrUpgrading = errors.New("supervisor: an upgrade is in progress")
+	// ErrNoUpgrader refuses an upgrade when the supervisor cannot hand over.
+	ErrNoUpgrader = errors.New("supervisor: self-upgrade not available")
 )
 
 // Supervisor runs generations of workers on sockets it owns.
@@ -111,6 +138,8 @@ type Supervisor struct {
 	events chan event
 	done   chan struct{} // closed when the loop has ended
 	owned  sync.WaitGroup
+
+	ctl *net.UnixListener // the control socket, set by Run
 
 	// The rest is owned by the loop.
 	state loopState
@@ -174,6 +203,27 @@ func (s *Supervisor) Reload(trigger string) Handoff {
 // ReloadAsync asks for a reload without waiting (a signal handler's way).
 func (s *Supervisor) ReloadAsync(trigger string) {
 	s.send(reloadEvent{trigger: trigger})
+}
+
+// Upgrade starts a new supervisor process from the binary on disk, hands it
+// the listening sockets and waits until its first generation is ready;
+// this process then drains its workers and exits.
+func (s *Supervisor) Upgrade() error {
+	reply := make(chan error, 1)
+	if !s.send(upgradeEvent{reply: reply}) {
+		return ErrStopping
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-s.done:
+		return ErrStopping
+	}
+}
+
+// UpgradeAsync asks for an upgrade without waiting (a signal handler's way).
+func (s *Supervisor) UpgradeAsync() {
+	s.send(upgradeEvent{})
 }
 
 // Stop asks for a graceful stop: the workers drain, then Run returns. A

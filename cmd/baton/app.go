@@ -20,6 +20,7 @@ func newApp() *cli.App {
 			runCommand(),
 			statusCommand(),
 			reloadCommand(),
+			upgradeCommand(),
 			stopCommand(),
 			checkCommand(),
 			versionCommand(),

@@ -110,6 +110,32 @@ with the reason when the config was refused or the new generation failed
 	}
 }
 
+func upgradeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "upgrade",
+		Usage: "replace the supervisor itself with the binary on disk, keeping every socket; wait for it",
+		Description: `Starts a new supervisor process, which inherits the listening sockets and
+the control socket and starts its own workers; once they are ready the old
+supervisor drains its workers and exits. Exits 1 with the reason if the
+new supervisor failed (the old one goes on).`,
+		Flags: []cli.Flag{
+			configFlag(), socketFlag(),
+			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "how long to wait"},
+		},
+		Action: func(c *cli.Context) error {
+			resp, err := call(c, supervisor.CommandUpgrade, c.Duration("timeout"))
+			if err != nil {
+				return err
+			}
+			if !resp.OK {
+				return errors.New(resp.Error)
+			}
+			fmt.Println("upgrade ok: the new supervisor serves; the old one drains")
+			return nil
+		},
+	}
+}
+
 func stopCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "stop",

@@ -7,9 +7,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/supervisor"
+	"github.com/cloudflare/tableflip"
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
 )
@@ -20,9 +22,16 @@ func runCommand() *cli.Command {
 		Usage: "run the supervisor and its workers",
 		Description: `Opens the listeners, starts a generation of workers, and supervises them.
 SIGHUP (or 'baton reload') starts a new generation from the config and the
-binary on disk; the old one drains once the new one is ready. SIGTERM or
-SIGINT stops gracefully; a second one stops at once.`,
-		Flags: []cli.Flag{configFlag()},
+binary on disk; the old one drains once the new one is ready. SIGUSR2 (or
+'baton upgrade') replaces the supervisor itself: a new one from the binary
+on disk inherits the sockets, and this one drains and exits once the new
+one's workers are ready. SIGTERM or SIGINT stops gracefully; a second one
+stops at once.`,
+		Flags: []cli.Flag{
+			configFlag(),
+			&cli.StringFlag{Name: "pid-file", Usage: "write the serving supervisor's pid to `FILE` (it changes at an upgrade)"},
+			&cli.DurationFlag{Name: "upgrade-timeout", Value: time.Minute, Usage: "how long a new supervisor may take to be ready at an upgrade"},
+		},
 		Action: func(c *cli.Context) error {
 			path := c.String("config")
 			if path == "" {
@@ -39,17 +48,27 @@ SIGINT stops gracefully; a second one stops at once.`,
 }
 
 func runSupervisor(c *cli.Context, path string, log *zap.Logger) error {
+	// The upgrader hands the sockets to the next supervisor at an upgrade,
+	// and takes them over from the previous one when this is one.
+	upg, err := tableflip.New(tableflip.Options{
+		UpgradeTimeout: c.Duration("upgrade-timeout"),
+		PIDFile:        c.String("pid-file"),
+	})
+	if err != nil {
+		return fmt.Errorf("upgrader: %w", err)
+	}
 	sup, err := supervisor.New(supervisor.Options{
-		Load:    func() (*supervisor.Config, error) { return loadSupervisorConfig(path) },
-		Env:     []string{"BATON_LOG_FORMAT=" + c.String("log-format"), "BATON_LOG_LEVEL=" + c.String("log-level")},
-		Logger:  log,
-		Version: version,
+		Load:     func() (*supervisor.Config, error) { return loadSupervisorConfig(path) },
+		Env:      []string{"BATON_LOG_FORMAT=" + c.String("log-format"), "BATON_LOG_LEVEL=" + c.String("log-level")},
+		Logger:   log,
+		Version:  version,
+		Upgrader: upg,
 	})
 	if err != nil {
 		return err
 	}
 	signals := make(chan os.Signal, 4)
-	signal.Notify(signals, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(signals, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR2)
 	defer signal.Stop(signals)
 	handled := make(chan struct{})
 	go func() {
@@ -59,8 +78,12 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger) error {
 			select {
 			case sig := <-signals:
 				log.Info("signal", zap.String("signal", sig.String()))
-				if sig == syscall.SIGHUP {
+				switch sig {
+				case syscall.SIGHUP:
 					sup.ReloadAsync("signal")
+					continue
+				case syscall.SIGUSR2:
+					sup.UpgradeAsync()
 					continue
 				}
 				stops++

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -63,7 +62,7 @@ type Baton struct {
 	Config  string
 	Socket  string
 	Cmd     *exec.Cmd
-	Logs    *SyncBuffer
+	Logs    *LogFile
 	Exited  chan struct{} // closed when the supervisor has exited
 	ExitErr error         // set before Exited is closed
 }
@@ -74,12 +73,19 @@ type Baton struct {
 func Start(t testing.TB, cli, cfg string) *Baton {
 	t.Helper()
 	dir := t.TempDir()
-	b := &Baton{t: t, cli: cli, Dir: dir, Bin: filepath.Join(dir, "baton"), Config: filepath.Join(dir, "baton.yaml"), Logs: &SyncBuffer{}, Exited: make(chan struct{})}
+	b := &Baton{t: t, cli: cli, Dir: dir, Bin: filepath.Join(dir, "baton"), Config: filepath.Join(dir, "baton.yaml"), Logs: &LogFile{Path: filepath.Join(dir, "baton.log")}, Exited: make(chan struct{})}
 	b.Socket = filepath.Join(dir, "run", "control.sock")
 	CopyFile(t, cli, b.Bin)
 	b.WriteConfig(cfg)
 	b.Cmd = exec.Command(b.Bin, "--log-format", "json", "run", "--config", b.Config)
-	b.Cmd.Stdout, b.Cmd.Stderr = b.Logs, b.Logs
+	// A file, not a pipe: a supervisor started by an upgrade inherits it,
+	// and Wait must not wait for that one to close it.
+	logf, err := os.Create(b.Logs.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	b.Cmd.Stdout, b.Cmd.Stderr = logf, logf
 	// A race-enabled binary sleeps a second at exit by default, which
 	// would count in every drain.
 	b.Cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=20")
@@ -275,20 +281,13 @@ func CopyFile(t testing.TB, from, to string) {
 	}
 }
 
-// SyncBuffer is a bytes.Buffer safe for a process's output and a test.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// LogFile is where baton's output goes; String reads it.
+type LogFile struct{ Path string }
 
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+func (l *LogFile) String() string {
+	b, err := os.ReadFile(l.Path)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }
