@@ -7,8 +7,9 @@ LDFLAGS := -X main.version=$(VERSION)
 
 all: build
 
+# baton is built static (no cgo): no libc to load, one file to deploy.
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/baton ./cmd/baton
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/baton ./cmd/baton
 	$(GO) build -o bin/backend ./integration/cmd/backend
 
 # The main job: the supervisor with examples/baton.yaml, proxying to a
