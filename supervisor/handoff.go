@@ -15,8 +15,9 @@ type handoff struct {
 
 func (s *Supervisor) newHandoff(trigger string, coalesced int) *handoff {
 	st := &s.state
+	st.handoffSeq++
 	h := &handoff{Handoff: Handoff{
-		ID:        len(st.handoffs) + 1,
+		ID:        st.handoffSeq,
 		Trigger:   trigger,
 		Outcome:   OutcomePending,
 		Coalesced: coalesced,
@@ -24,9 +25,6 @@ func (s *Supervisor) newHandoff(trigger string, coalesced int) *handoff {
 	}}
 	if st.active != nil {
 		h.From = st.active.id
-	}
-	if n := len(st.handoffs); n > 0 {
-		h.ID = st.handoffs[n-1].ID + 1
 	}
 	st.handoffs = append(st.handoffs, h)
 	if len(st.handoffs) > HistoryLength {

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-proxy/baton/integration/internal/harness"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -110,24 +111,12 @@ func kubebin() (string, error) {
 	return filepath.Abs(dir)
 }
 
-func buildBinaries(dir string) error {
-	batonBin = filepath.Join(dir, "baton")
-	backendBin = filepath.Join(dir, "backend")
-	args := []string{"build", "-o", batonBin}
-	if raceEnabled {
-		args = append(args, "-race")
+func buildBinaries(dir string) (err error) {
+	if batonBin, err = harness.BuildBaton(dir, raceEnabled); err != nil {
+		return err
 	}
-	for _, b := range []struct{ args []string }{
-		{append(args, "github.com/baton-proxy/baton/cmd/baton")},
-		{[]string{"build", "-o", backendBin, "github.com/baton-proxy/baton/integration/cmd/backend"}},
-	} {
-		cmd := exec.Command("go", b.args...)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("go %v: %w", b.args, err)
-		}
-	}
-	return nil
+	backendBin, err = harness.Build(dir, "backend", "github.com/baton-proxy/baton/integration/cmd/backend", false)
+	return err
 }
 
 // startCluster runs etcd and kube-apiserver on loopback and waits until

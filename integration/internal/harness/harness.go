@@ -25,15 +25,20 @@ import (
 // BuildBaton builds cmd/baton into dir, with the race detector when race
 // is set (tests that run with -race test a race-enabled baton).
 func BuildBaton(dir string, race bool) (string, error) {
-	bin := filepath.Join(dir, "baton")
+	return Build(dir, "baton", "github.com/baton-proxy/baton/cmd/baton", race)
+}
+
+// Build builds the command pkg into dir/name.
+func Build(dir, name, pkg string, race bool) (string, error) {
+	bin := filepath.Join(dir, name)
 	args := []string{"build", "-o", bin}
 	if race {
 		args = append(args, "-race")
 	}
-	cmd := exec.Command("go", append(args, "github.com/baton-proxy/baton/cmd/baton")...)
+	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build baton: %w", err)
+		return "", fmt.Errorf("build %s: %w", name, err)
 	}
 	return bin, nil
 }
