@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -170,5 +172,40 @@ func TestGracefulStopExitsZero(t *testing.T) {
 		if processAlive(w.PID) && isBatonWorker(w.PID) {
 			t.Errorf("worker %d outlived the supervisor", w.PID)
 		}
+	}
+}
+
+// TestUnixListener serves HTTP on a unix socket across a handoff, and
+// removes the socket file at stop.
+func TestUnixListener(t *testing.T) {
+	be := startBackend(t)
+	cfg := strings.Replace(options{}.configYAML(be), `address: "127.0.0.1:0"`, `address: "unix:@DIR@/web.sock"`, 1)
+	b := startBaton(t, cfg)
+	path := b.Dir + "/web.sock"
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}}
+	get := func() {
+		t.Helper()
+		resp, err := client.Get("http://unix/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET over the unix socket: %d", resp.StatusCode)
+		}
+	}
+	get()
+	if h := b.SIGHUP(); h.Outcome != supervisor.OutcomeOK {
+		t.Fatalf("handoff: %+v", h)
+	}
+	get()
+	if out, err := b.Ctl("stop"); err != nil {
+		t.Fatalf("stop: %v %s", err, out)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("unix listener's socket file left behind: %v", err)
 	}
 }

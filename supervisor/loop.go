@@ -73,7 +73,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		s.log.Warn("cannot mark inherited descriptors close-on-exec; workers may inherit them", zap.Error(err))
 	}
 	st.sockets = newSocketTable()
-	defer st.sockets.closeAll()
+	defer func() { st.sockets.closeAll(!st.upgraded) }()
 	upg := s.opts.Upgrader
 	if upg != nil && upg.HasParent() {
 		st.sockets.inherit = upg.File

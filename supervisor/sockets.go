@@ -71,7 +71,7 @@ func (t *socketTable) acquire(specs []ListenerSpec, workers int) (*plan, error) 
 	var opened []*group
 	undo := func() {
 		for _, g := range opened {
-			g.close()
+			g.retire()
 			delete(t.groups, g.key)
 		}
 	}
@@ -137,7 +137,7 @@ func (t *socketTable) release(p *plan) {
 			s.refs--
 		}
 		if g.sockets[0].refs == 0 {
-			g.close()
+			g.retire()
 			delete(t.groups, g.key)
 		}
 	}
@@ -187,10 +187,16 @@ func (t *socketTable) files() map[string]*os.File {
 	return m
 }
 
-// closeAll closes every socket, referenced or not.
-func (t *socketTable) closeAll() {
+// closeAll closes every socket, referenced or not; with unlink, the unix
+// sockets' files go too (not after an upgrade: the next supervisor serves
+// them).
+func (t *socketTable) closeAll(unlink bool) {
 	for k, g := range t.groups {
-		g.close()
+		if unlink {
+			g.retire()
+		} else {
+			g.close()
+		}
 		delete(t.groups, k)
 	}
 }
@@ -198,6 +204,14 @@ func (t *socketTable) closeAll() {
 func (g *group) close() {
 	for _, s := range g.sockets {
 		s.file.Close()
+	}
+}
+
+// retire closes the group for good: a unix socket's file is removed.
+func (g *group) retire() {
+	g.close()
+	if g.network == "unix" && !strings.HasPrefix(g.address, "@") {
+		os.Remove(g.address)
 	}
 }
 
