@@ -153,7 +153,7 @@ func (s *Supervisor) launch(sl *slot) error {
 	sl.startedAt = p.startedAt
 	sl.readyDeadline = p.startedAt.Add(g.cfg.ReadyTimeout)
 	sl.failReason = ""
-	sl.stats = ipc.Stats{}
+	sl.stats = ipc.Stats{} // a new process counts from zero
 	s.owned.Add(2)
 	go s.readProc(p)
 	go s.waitProc(p)
@@ -288,6 +288,12 @@ func (s *Supervisor) handleExit(p *proc, err error) {
 	p.exited = true
 	sl := p.slot
 	g := sl.gen
+	// Its counters live on in the totals: they never go down across
+	// restarts and generations.
+	s.state.retired.Accepted += sl.stats.Accepted
+	s.state.retired.Requests += sl.stats.Requests
+	s.state.retired.Errors += sl.stats.Errors
+	sl.stats.Accepted, sl.stats.Requests, sl.stats.Errors, sl.stats.Connections = 0, 0, 0, 0
 	if sl.proc == p {
 		sl.proc = nil
 	}

@@ -38,6 +38,7 @@ func (s *Supervisor) finishHandoff(h *handoff, outcome Outcome, reason string) {
 	h.Outcome = outcome
 	h.Reason = reason
 	h.DurationMs = ms(time.Since(h.StartedAt))
+	s.state.outcomes[outcome]++
 	fields := []zap.Field{
 		zap.Int("handoff", h.ID), zap.Uint64("from", h.From), zap.Uint64("to", h.To),
 		zap.String("trigger", h.Trigger), zap.String("outcome", string(outcome)),
@@ -142,6 +143,23 @@ func (s *Supervisor) snapshot() Status {
 				}
 			}
 			out.Listeners = append(out.Listeners, ls)
+		}
+	}
+	out.Totals = Totals{
+		Accepted: st.retired.Accepted,
+		Requests: st.retired.Requests,
+		Errors:   st.retired.Errors,
+		Handoffs: make(map[Outcome]uint64, len(st.outcomes)),
+	}
+	for o, n := range st.outcomes {
+		out.Totals.Handoffs[o] = n
+	}
+	for _, g := range st.gens {
+		for _, sl := range g.slots {
+			out.Totals.Accepted += sl.stats.Accepted
+			out.Totals.Requests += sl.stats.Requests
+			out.Totals.Errors += sl.stats.Errors
+			out.Totals.Connections += sl.stats.Connections
 		}
 	}
 	for _, g := range st.gens {

@@ -25,9 +25,11 @@ type loopState struct {
 	stopping   bool
 	stopAt     time.Time // kill everything left at this time while stopping
 	runErr     error     // what Run returns
-	upgrading  bool      // an upgrade is starting the next supervisor
-	upgraded   bool      // the next supervisor has taken over
-	ready      bool      // the first generation was ready (Upgrader told)
+	retired    ipc.Stats // counters of the worker processes that exited
+	outcomes   map[Outcome]uint64
+	upgrading  bool // an upgrade is starting the next supervisor
+	upgraded   bool // the next supervisor has taken over
+	ready      bool // the first generation was ready (Upgrader told)
 }
 
 // Events the loop handles.
@@ -69,6 +71,7 @@ type (
 func (s *Supervisor) Run(ctx context.Context) error {
 	st := &s.state
 	st.startedAt = time.Now()
+	st.outcomes = make(map[Outcome]uint64)
 	if err := closeOnExecInherited(); err != nil {
 		s.log.Warn("cannot mark inherited descriptors close-on-exec; workers may inherit them", zap.Error(err))
 	}

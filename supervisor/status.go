@@ -23,6 +23,22 @@ type Status struct {
 	// Backends is what the active generation's first worker last reported
 	// of its backends (endpoint counts, Kubernetes modes).
 	Backends []ipc.BackendStats `json:"backends,omitempty"`
+	// Totals are counters over the supervisor's life: they do not reset
+	// when a worker or a generation is replaced.
+	Totals Totals `json:"totals"`
+}
+
+// Totals are the supervisor's lifetime counters.
+type Totals struct {
+	// Accepted, Requests and Errors sum every worker process's counters,
+	// those that exited included.
+	Accepted uint64 `json:"accepted"`
+	Requests uint64 `json:"requests"`
+	Errors   uint64 `json:"errors"`
+	// Connections is the number open now, over all workers.
+	Connections int64 `json:"connections"`
+	// Handoffs counts handoffs by outcome.
+	Handoffs map[Outcome]uint64 `json:"handoffs"`
 }
 
 // ListenerStatus describes one listener of the active (or newest) config.

@@ -389,16 +389,21 @@ func TestReloadsDuringAHandoffAreCoalesced(t *testing.T) {
 func TestDeadWorkerIsRestartedInItsSlot(t *testing.T) {
 	h := newHarness(t, 2, nil)
 	ps := h.readyGeneration(2)
+	ps[1].w.SendStats(ipc.Stats{Requests: 7, Accepted: 3})
+	h.waitStatus("the dying worker's counters", func(st Status) bool { return st.Totals.Requests == 7 })
 	ps[1].exit(errors.New("signal: segmentation fault"))
 	p := h.next()
 	if p.hello.Generation != 1 || p.hello.Slot != 1 || p.hello.Listeners[0].Sockets[0] != ps[1].hello.Listeners[0].Sockets[0] {
 		t.Fatalf("restart hello = %+v", p.hello)
 	}
 	p.ready(t)
-	h.waitStatus("the restarted worker ready", func(st Status) bool {
+	st := h.waitStatus("the restarted worker ready", func(st Status) bool {
 		w := st.Generations[0].Workers[1]
 		return w.Restarts == 1 && w.State == WorkerReady && w.PID == p.pid
 	})
+	if st.Totals.Requests != 7 || st.Totals.Accepted != 3 {
+		t.Errorf("totals after the restart: %+v; the dead worker's counters must stay", st.Totals)
+	}
 }
 
 func TestFirstGenerationFailureEndsRun(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -67,6 +69,11 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	stopMetrics, err := serveMetrics(path, sup)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR2)
 	defer signal.Stop(signals)
@@ -132,4 +139,29 @@ func loadSupervisorConfig(path string) (*supervisor.Config, error) {
 		})
 	}
 	return sc, nil
+}
+
+// serveMetrics starts the Prometheus endpoint the config names, if any. The
+// returned function stops it.
+func serveMetrics(path string, sup *supervisor.Supervisor) (func(), error) {
+	cfg, err := config.Load(path)
+	if err != nil || cfg.Metrics.Address == "" {
+		return func() {}, nil // a bad config is Run's to report
+	}
+	ln, err := net.Listen("tcp", cfg.Metrics.Address)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", metricsHandler(sup))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ln)
+	}()
+	return func() {
+		srv.Close()
+		<-done
+	}, nil
 }

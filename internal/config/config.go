@@ -73,6 +73,16 @@ type Config struct {
 	// Kubernetes says how to reach the API server, for backends that
 	// route to Kubernetes Services.
 	Kubernetes Kubernetes `json:"kubernetes"`
+	// Metrics is the supervisor's Prometheus endpoint.
+	Metrics Metrics `json:"metrics"`
+}
+
+// Metrics configures the Prometheus endpoint. Its counters are the
+// supervisor's: they do not reset when workers or generations change.
+type Metrics struct {
+	// Address is host:port to serve /metrics on; empty: no endpoint. Read
+	// at start only.
+	Address string `json:"address,omitempty"`
 }
 
 // Kubernetes holds the API server connection settings.

@@ -41,6 +41,11 @@ func (c *Config) Validate() error {
 	if c.HTTP.MaxHeaderBytes < 1024 {
 		bad("http.maxHeaderBytes must be at least 1024, not %d", c.HTTP.MaxHeaderBytes)
 	}
+	if a := c.Metrics.Address; a != "" {
+		if _, port, err := net.SplitHostPort(a); err != nil || checkPort(port) != nil {
+			bad("metrics.address must be host:port, not %q", a)
+		}
+	}
 	if !strings.HasPrefix(c.ControlSocket, "/") {
 		bad("controlSocket must be an absolute path, not %q", c.ControlSocket)
 	}

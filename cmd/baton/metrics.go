@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/baton-proxy/baton/supervisor"
+)
+
+// metricsHandler serves the supervisor's status as Prometheus metrics. The
+// counters are lifetime totals kept by the supervisor, so they do not reset
+// when a worker or a generation is replaced.
+func metricsHandler(sup *supervisor.Supervisor) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		st, ok := sup.Status()
+		if !ok {
+			http.Error(w, "baton: stopping", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		writeMetrics(w, &st)
+	})
+}
+
+func writeMetrics(out io.Writer, st *supervisor.Status) {
+	var b strings.Builder
+	metric := func(name, typ, help string) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+	}
+	metric("baton_info", "gauge", "The supervisor's version and pid.")
+	fmt.Fprintf(&b, "baton_info{version=%q,pid=\"%d\"} 1\n", st.Version, st.PID)
+	metric("baton_active_generation", "gauge", "The generation that takes new connections.")
+	fmt.Fprintf(&b, "baton_active_generation %d\n", st.ActiveGeneration)
+	metric("baton_requests_total", "counter", "Requests and TCP streams served by every worker, across generations.")
+	fmt.Fprintf(&b, "baton_requests_total %d\n", st.Totals.Requests)
+	metric("baton_connections_accepted_total", "counter", "Client connections accepted by every worker, across generations.")
+	fmt.Fprintf(&b, "baton_connections_accepted_total %d\n", st.Totals.Accepted)
+	metric("baton_proxy_errors_total", "counter", "Requests answered with an error by baton itself (no route, no backend).")
+	fmt.Fprintf(&b, "baton_proxy_errors_total %d\n", st.Totals.Errors)
+	metric("baton_connections", "gauge", "Client connections open now, over every worker.")
+	fmt.Fprintf(&b, "baton_connections %d\n", st.Totals.Connections)
+	metric("baton_handoffs_total", "counter", "Handoffs by outcome.")
+	for _, o := range []supervisor.Outcome{supervisor.OutcomeOK, supervisor.OutcomeFailed, supervisor.OutcomeRefused} {
+		fmt.Fprintf(&b, "baton_handoffs_total{outcome=%q} %d\n", o, st.Totals.Handoffs[o])
+	}
+	if n := len(st.Handoffs); n > 0 {
+		h := st.Handoffs[n-1]
+		metric("baton_last_handoff_ready_seconds", "gauge", "From the last handoff's request to its new generation being ready.")
+		fmt.Fprintf(&b, "baton_last_handoff_ready_seconds %g\n", float64(h.ReadyMs)/1000)
+	}
+	metric("baton_workers", "gauge", "Worker processes by generation state and worker state.")
+	workers := map[string]int{}
+	for _, g := range st.Generations {
+		for _, wk := range g.Workers {
+			workers[fmt.Sprintf("generation_state=%q,state=%q", g.State, wk.State)]++
+		}
+	}
+	for _, k := range sortedKeys(workers) {
+		fmt.Fprintf(&b, "baton_workers{%s} %d\n", k, workers[k])
+	}
+	metric("baton_listener_accept_queue", "gauge", "Connections waiting in a listening socket's accept queue.")
+	for _, l := range st.Listeners {
+		for i, q := range l.AcceptQueue {
+			fmt.Fprintf(&b, "baton_listener_accept_queue{listener=%q,socket=\"%d\"} %d\n", l.Name, i, q)
+		}
+	}
+	metric("baton_backend_endpoints", "gauge", "Endpoints of a backend by state, as the active generation sees them.")
+	for _, be := range st.Backends {
+		fmt.Fprintf(&b, "baton_backend_endpoints{backend=%q,mode=%q,state=\"ready\"} %d\n", be.Name, be.Mode, be.Ready)
+		fmt.Fprintf(&b, "baton_backend_endpoints{backend=%q,mode=%q,state=\"terminating\"} %d\n", be.Name, be.Mode, be.Terminating)
+	}
+	io.WriteString(out, b.String())
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
