@@ -42,6 +42,11 @@ func createService(t testing.TB, ns, name, clusterIP string) {
 	if _, err := client.CoreV1().Services(ns).Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// No namespace controller runs: delete the Service itself, which
+	// frees its cluster IP for the next run of the test.
+	t.Cleanup(func() {
+		client.CoreV1().Services(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }
 
 // podState is a pod as the EndpointSlice shows it.
