@@ -72,6 +72,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	st := &s.state
 	st.startedAt = time.Now()
 	st.outcomes = make(map[Outcome]uint64)
+	activated, err := socketActivation()
+	if err != nil {
+		close(s.done)
+		return err
+	}
 	if err := closeOnExecInherited(); err != nil {
 		s.log.Warn("cannot mark inherited descriptors close-on-exec; workers may inherit them", zap.Error(err))
 	}
@@ -80,6 +85,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	upg := s.opts.Upgrader
 	if upg != nil && upg.HasParent() {
 		st.sockets.inherit = upg.File
+	}
+	st.sockets.activated = activated
+	if len(activated) > 0 {
+		s.log.Info("socket activation", zap.Int("sockets", len(activated)))
 	}
 
 	cfg, err := s.opts.Load()
@@ -110,6 +119,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if !s.startGeneration(cfg, h) {
 		close(s.done)
 		return fmt.Errorf("%w: %s", ErrStartFailed, h.Reason)
+	}
+	for _, a := range activated {
+		if !a.used {
+			s.log.Warn("socket activation: no listener takes this socket (match its FileDescriptorName= to a listener name, or its address)", zap.String("name", a.name), zap.String("address", a.addr))
+		}
 	}
 	s.log.Info("supervisor started", zap.Int("pid", os.Getpid()), zap.String("control", cfg.ControlSocket), zap.String("binary", s.opts.Binary))
 	s.loop()

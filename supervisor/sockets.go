@@ -32,6 +32,9 @@ type socketTable struct {
 	// inherit returns a socket a previous supervisor handed over (a
 	// self-upgrade), or nil. Nil: nothing is inherited.
 	inherit func(name string) (*os.File, error)
+	// activated are the sockets systemd passed, adopted by the listener
+	// they belong to.
+	activated []*activated
 }
 
 // fileName names socket i of a group for a self-upgrade.
@@ -93,6 +96,9 @@ func (t *socketTable) acquire(specs []ListenerSpec, workers int) (*plan, error) 
 				undo()
 				return nil, fmt.Errorf("listener %s: %w", spec.Name, err)
 			}
+		}
+		if g == nil {
+			g = t.adoptActivated(key, spec)
 		}
 		if g == nil {
 			if want == 0 {

@@ -75,7 +75,11 @@ type Baton struct {
 // Start writes cfg (with @DIR@ replaced by the test's folder) and runs
 // `baton run` with it, from a copy of cli, and waits for the first
 // generation to be active.
-func Start(t testing.TB, cli, cfg string) *Baton {
+func Start(t testing.TB, cli, cfg string) *Baton { return StartWith(t, cli, cfg, nil) }
+
+// StartWith is Start with a hook that may change the command before it
+// starts (wrap it, give it descriptors).
+func StartWith(t testing.TB, cli, cfg string, prepare func(*exec.Cmd)) *Baton {
 	t.Helper()
 	dir := t.TempDir()
 	b := &Baton{t: t, cli: cli, Dir: dir, Bin: filepath.Join(dir, "baton"), Config: filepath.Join(dir, "baton.yaml"), Logs: &LogFile{Path: filepath.Join(dir, "baton.log")}, Exited: make(chan struct{})}
@@ -94,6 +98,9 @@ func Start(t testing.TB, cli, cfg string) *Baton {
 	// A race-enabled binary sleeps a second at exit by default, which
 	// would count in every drain.
 	b.Cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=20")
+	if prepare != nil {
+		prepare(b.Cmd)
+	}
 	if err := b.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
