@@ -41,6 +41,7 @@ type socketTable struct {
 func fileName(key string, i int) string { return fmt.Sprintf("listener %s %d", key, i) }
 
 type group struct {
+	external  bool // sockets systemd owns: their files are not ours to remove
 	key       string
 	network   string
 	address   string
@@ -216,7 +217,7 @@ func (g *group) close() {
 // retire closes the group for good: a unix socket's file is removed.
 func (g *group) retire() {
 	g.close()
-	if g.network == "unix" && !strings.HasPrefix(g.address, "@") {
+	if g.network == "unix" && !g.external && !strings.HasPrefix(g.address, "@") {
 		os.Remove(g.address)
 	}
 }

@@ -81,7 +81,7 @@ func (t *socketTable) adoptActivated(key string, spec ListenerSpec) *group {
 			want = ""
 		}
 	}
-	g := &group{key: key, network: spec.Network, address: spec.Address, reusePort: spec.ReusePort}
+	g := &group{key: key, network: spec.Network, address: spec.Address, reusePort: spec.ReusePort, external: true}
 	for _, a := range t.activated {
 		if !a.used && (a.name == spec.Name || (want != "" && a.addr == want)) {
 			a.used = true
