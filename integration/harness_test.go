@@ -4,6 +4,7 @@ package integration
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -104,4 +105,17 @@ func startBackend(t testing.TB) *backend.Server {
 	}
 	t.Cleanup(func() { be.Close() })
 	return be
+}
+
+// getOK sends GET url with c and fails t unless it is answered 200.
+func getOK(t *testing.T, c *http.Client, url string) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d", url, resp.StatusCode)
+	}
 }

@@ -55,11 +55,7 @@ func TestMetricsSurviveHandoffs(t *testing.T) {
 	web := b.Address("web")
 	get := func(n int) {
 		for range n {
-			resp, err := http.Get("http://" + web + "/")
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
+			getOK(t, http.DefaultClient, "http://"+web+"/")
 		}
 	}
 	get(50)

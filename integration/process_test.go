@@ -186,22 +186,11 @@ func TestUnixListener(t *testing.T) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", path)
 	}}}
-	get := func() {
-		t.Helper()
-		resp, err := client.Get("http://unix/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("GET over the unix socket: %d", resp.StatusCode)
-		}
-	}
-	get()
+	getOK(t, client, "http://unix/")
 	if h := b.SIGHUP(); h.Outcome != supervisor.OutcomeOK {
 		t.Fatalf("handoff: %+v", h)
 	}
-	get()
+	getOK(t, client, "http://unix/")
 	if out, err := b.Ctl("stop"); err != nil {
 		t.Fatalf("stop: %v %s", err, out)
 	}

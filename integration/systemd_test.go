@@ -41,20 +41,9 @@ func TestSocketActivation(t *testing.T) {
 	if got := b.Address("web"); got != addr {
 		t.Fatalf("listener web on %s, want the activated socket's %s", got, addr)
 	}
-	get := func() {
-		t.Helper()
-		resp, err := http.Get("http://" + addr + "/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("status %d", resp.StatusCode)
-		}
-	}
-	get()
+	getOK(t, http.DefaultClient, "http://"+addr+"/")
 	if h := b.SIGHUP(); h.Outcome != supervisor.OutcomeOK {
 		t.Fatalf("handoff: %+v", h)
 	}
-	get()
+	getOK(t, http.DefaultClient, "http://"+addr+"/")
 }
