@@ -164,8 +164,8 @@ func TestConcurrentReloadsAreCoalesced(t *testing.T) {
 	first := make(chan error, 1)
 	go func() { _, err := b.Ctl("reload"); first <- err }()
 	waitFor(t, 10*time.Second, "the first reload to start", func() bool {
-		hs := b.Status().Handoffs
-		return hs[len(hs)-1].ID > startID
+		p := b.Status().PendingHandoff
+		return p != nil && p.ID > startID
 	})
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)

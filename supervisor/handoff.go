@@ -185,6 +185,11 @@ func (s *Supervisor) snapshot() Status {
 			d := *hc.DrainMs
 			hc.DrainMs = &d
 		}
+		if hc.Outcome == OutcomePending {
+			// handoffs lists decided ones only (ok, failed, refused).
+			out.PendingHandoff = &hc
+			continue
+		}
 		out.Handoffs = append(out.Handoffs, hc)
 	}
 	return out

@@ -20,6 +20,8 @@ type Status struct {
 	Listeners      []ListenerStatus   `json:"listeners"`
 	Generations    []GenerationStatus `json:"generations"`
 	Handoffs       []Handoff          `json:"handoffs"`
+	// PendingHandoff is the handoff running now, if any.
+	PendingHandoff *Handoff `json:"pendingHandoff,omitempty"`
 	// Backends is what the active generation's first worker last reported
 	// of its backends (endpoint counts, Kubernetes modes).
 	Backends []ipc.BackendStats `json:"backends,omitempty"`
