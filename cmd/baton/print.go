@@ -74,6 +74,9 @@ func printStatus(out io.Writer, st *supervisor.Status, now time.Time) error {
 	if len(hs) > 10 {
 		hs = hs[len(hs)-10:]
 	}
+	if st.PendingHandoff != nil {
+		hs = append(hs, *st.PendingHandoff)
+	}
 	for _, h := range hs {
 		drain := "-"
 		if h.DrainMs != nil {
