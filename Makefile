@@ -7,9 +7,12 @@ LDFLAGS := -X main.version=$(VERSION)
 
 all: build
 
-# baton is built static (no cgo): no libc to load, one file to deploy.
+# baton is built static (no cgo): no libc to load, one file to deploy; and
+# without urfave/cli's man-page generator, which baton does not use.
+TAGS    := urfave_cli_no_docs
+
 build:
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/baton ./cmd/baton
+	CGO_ENABLED=0 $(GO) build -tags $(TAGS) -ldflags "$(LDFLAGS)" -o bin/baton ./cmd/baton
 	$(GO) build -o bin/backend ./integration/cmd/backend
 
 # The main job: the supervisor with examples/baton.yaml, proxying to a

@@ -21,6 +21,6 @@ if [ ${#need[@]} -gt 0 ]; then
   systemctl stop nginx haproxy 2>/dev/null || service nginx stop 2>/dev/null || true
   service haproxy stop 2>/dev/null || true
 fi
-CGO_ENABLED=0 go build -o bin/baton ./cmd/baton  # as make build: static
+CGO_ENABLED=0 go build -tags urfave_cli_no_docs -o bin/baton ./cmd/baton  # as make build
 go build -o bin/loadgen ./integration/cmd/loadgen
 go run ./integration/cmd/bench -bin bin -out docs/benchmarks.md -json docs/benchmarks.json
