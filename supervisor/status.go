@@ -91,7 +91,7 @@ type Handoff struct {
 	To      uint64  `json:"to"`
 	Trigger string  `json:"trigger"`
 	Outcome Outcome `json:"outcome"`
-	Reason  string  `json:"reason,omitempty"`
+	Reason  string  `json:"reason"` // empty when ok
 	// Coalesced counts the reload requests this handoff answered.
 	Coalesced int       `json:"coalesced"`
 	StartedAt time.Time `json:"startedAt"`
