@@ -91,6 +91,27 @@ type BackendStats struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 	// Error says why there is no endpoint, when there is none.
 	Error string `json:"error,omitempty"`
+	BackendCounters
+}
+
+// BackendCounters count what a worker sent to a backend since it started.
+type BackendCounters struct {
+	// Requests (and TCP streams) routed to the backend.
+	Requests uint64 `json:"requests"`
+	// Errors answered by the proxy itself: 502, 503 (nothing serving), 504.
+	Errors uint64 `json:"errors"`
+	// Retries of a request on a new connection or another endpoint.
+	Retries uint64 `json:"retries"`
+	// ConnectFailures to the backend's endpoints.
+	ConnectFailures uint64 `json:"connectFailures"`
+}
+
+// Add adds o to c.
+func (c *BackendCounters) Add(o BackendCounters) {
+	c.Requests += o.Requests
+	c.Errors += o.Errors
+	c.Retries += o.Retries
+	c.ConnectFailures += o.ConnectFailures
 }
 
 // Request is a control socket command.

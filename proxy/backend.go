@@ -44,6 +44,8 @@ type backend struct {
 	mu     sync.Mutex // protects byAddr; held by updates only
 	byAddr map[string]*endpoint
 
+	requests, errors, retries, connectFailures atomic.Uint64
+
 	transport *http.Transport        // the HTTP/2 frontend's way upstream
 	proxy     *httputil.ReverseProxy // the HTTP/2 frontend's proxy
 }
@@ -239,6 +241,7 @@ func (b *backend) dialStream(ctx context.Context) (net.Conn, *endpoint, error) {
 			return c, ep, nil
 		}
 		ep.connectFailed()
+		b.connectFailures.Add(1)
 		errs = append(errs, err)
 		if ctx.Err() != nil {
 			return nil, nil, errors.Join(errs...)
@@ -281,6 +284,7 @@ func (b *backend) RoundTrip(req *http.Request) (*http.Response, error) {
 			break
 		}
 		ep.connectFailed()
+		b.connectFailures.Add(1)
 		if (body != nil && body.read.Load()) || req.Context().Err() != nil {
 			break
 		}
@@ -318,7 +322,13 @@ func (b *backend) close() {
 // stats describes the backend for status.
 func (b *backend) stats() ipc.BackendStats {
 	set := b.set.Load()
-	s := ipc.BackendStats{Name: b.name, Mode: b.mode, Ready: set.ready, Terminating: set.terminating, Serving: len(set.serving), UpdatedAt: set.updated}
+	s := ipc.BackendStats{Name: b.name, Mode: b.mode, Ready: set.ready, Terminating: set.terminating, Serving: len(set.serving), UpdatedAt: set.updated,
+		BackendCounters: ipc.BackendCounters{
+			Requests:        b.requests.Load(),
+			Errors:          b.errors.Load(),
+			Retries:         b.retries.Load(),
+			ConnectFailures: b.connectFailures.Load(),
+		}}
 	if set.err != nil {
 		s.Error = set.err.Error()
 	}

@@ -171,9 +171,11 @@ func (hc *h1conn) handle(head []byte) bool {
 		return hc.errorResponse(404, hasBody || req.close)
 	}
 	b := rt.backend
+	b.requests.Add(1)
 	set := b.set.Load()
 	if len(set.active) == 0 {
 		// The route stays; its Service has nothing serving right now.
+		b.errors.Add(1)
 		return hc.errorResponse(503, hasBody || req.close)
 	}
 	var a attempt
@@ -205,6 +207,7 @@ func (hc *h1conn) handle(head []byte) bool {
 				if isTimeout(err) {
 					status = 504
 				}
+				b.errors.Add(1)
 				return hc.errorResponse(status, true)
 			}
 			a.tried(ep)
@@ -212,6 +215,7 @@ func (hc *h1conn) handle(head []byte) bool {
 		uc, err = ep.conn(context.Background(), b, fresh, !replayable)
 		if err != nil {
 			// Nothing was sent: another endpoint, always.
+			b.connectFailures.Add(1)
 			p.log.Debug("connect failed", zap.String("backend", b.name), zap.String("addr", ep.addr), zap.Error(err))
 			ep, fresh = nil, false
 			continue
@@ -238,14 +242,17 @@ func (hc *h1conn) handle(head []byte) bool {
 			// A pooled connection the backend had closed: the same
 			// endpoint, on a new connection.
 			fresh = true
+			b.retries.Add(1)
 		case replayable && retries < b.cfg.Retries:
 			retries++
 			ep, fresh = nil, false
+			b.retries.Add(1)
 		default:
 			status := 502
 			if isTimeout(err) {
 				status = 504
 			}
+			b.errors.Add(1)
 			return hc.errorResponse(status, true)
 		}
 	}

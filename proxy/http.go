@@ -211,6 +211,7 @@ func (s *h2Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "baton: Not Found", http.StatusNotFound)
 		return
 	}
+	rt.backend.requests.Add(1)
 	rt.backend.proxy.ServeHTTP(w, r)
 }
 
@@ -234,6 +235,7 @@ func (p *Proxy) newReverseProxy(b *backend) *httputil.ReverseProxy {
 		BufferPool:    &p.buffers,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			p.stats.errors.Add(1)
+			b.errors.Add(1)
 			status := http.StatusBadGateway
 			switch {
 			case errors.Is(err, context.DeadlineExceeded):

@@ -147,6 +147,9 @@ func TestConnectFailureMovesToTheNextAddress(t *testing.T) {
 	if e := p.Stats().Errors; e != 0 {
 		t.Errorf("%d errors counted", e)
 	}
+	if c := p.Stats().Backends[0]; c.Requests != 30 || c.ConnectFailures == 0 || c.Errors != 0 {
+		t.Errorf("backend counters: %+v; want 30 requests, connect failures, no errors", c.BackendCounters)
+	}
 }
 
 func TestNoBackendAndNoRoute(t *testing.T) {

@@ -48,9 +48,11 @@ func (f *tcpFrontend) proxy(c net.Conn) {
 		f.p.stats.conns.Add(-1)
 	}()
 	f.p.stats.requests.Add(1)
+	f.backend.requests.Add(1)
 	up, _, err := f.backend.dialStream(context.Background())
 	if err != nil {
 		f.p.stats.errors.Add(1)
+		f.backend.errors.Add(1)
 		f.p.log.Debug("tcp upstream", zap.String("listener", f.name), zap.Error(err))
 		return
 	}

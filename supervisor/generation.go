@@ -58,7 +58,12 @@ type proc struct {
 	conn      *ipc.Conn
 	startedAt time.Time
 	exited    bool
+	readDone  chan struct{} // closed when readProc has delivered everything
 }
+
+// readGrace bounds how long an exited worker's socket may stay open (held
+// by a process it started) before the supervisor stops reading it.
+const readGrace = time.Second
 
 func (sl *slot) log() *zap.Logger {
 	return sl.gen.log.With(zap.Int("slot", sl.index), zap.Int("pid", sl.pid))
@@ -146,7 +151,7 @@ func (s *Supervisor) launch(sl *slot) error {
 		conn.Close()
 		return fmt.Errorf("worker %d: %w", sl.index, err)
 	}
-	p := &proc{slot: sl, p: process, conn: conn, startedAt: time.Now()}
+	p := &proc{slot: sl, p: process, conn: conn, startedAt: time.Now(), readDone: make(chan struct{})}
 	sl.proc = p
 	sl.pid = process.Pid()
 	sl.state = WorkerStarting
@@ -192,6 +197,7 @@ func helloFor(sl *slot) (ipc.Hello, []*os.File) {
 // readProc forwards p's messages to the loop until its socket ends.
 func (s *Supervisor) readProc(p *proc) {
 	defer s.owned.Done()
+	defer close(p.readDone)
 	for {
 		fr, files, err := p.conn.Receive()
 		for _, f := range files {
@@ -216,7 +222,14 @@ func (s *Supervisor) readProc(p *proc) {
 func (s *Supervisor) waitProc(p *proc) {
 	defer s.owned.Done()
 	err := p.p.Wait()
-	p.conn.Close() // ends readProc if the worker's socket outlived it
+	// Deliver what the worker said last (its final counters) before its
+	// exit; close its socket if something it started still holds it.
+	select {
+	case <-p.readDone:
+	case <-time.After(readGrace):
+	}
+	p.conn.Close()
+	<-p.readDone
 	// The loop runs until every process has exited, so this is delivered.
 	s.send(procExit{p: p, err: err})
 }
@@ -293,7 +306,12 @@ func (s *Supervisor) handleExit(p *proc, err error) {
 	s.state.retired.Accepted += sl.stats.Accepted
 	s.state.retired.Requests += sl.stats.Requests
 	s.state.retired.Errors += sl.stats.Errors
-	sl.stats.Accepted, sl.stats.Requests, sl.stats.Errors, sl.stats.Connections = 0, 0, 0, 0
+	for _, b := range sl.stats.Backends {
+		c := s.state.retiredBackends[b.Name]
+		c.Add(b.BackendCounters)
+		s.state.retiredBackends[b.Name] = c
+	}
+	sl.stats = ipc.Stats{}
 	if sl.proc == p {
 		sl.proc = nil
 	}

@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"os"
+
+	"github.com/baton-proxy/baton/ipc"
 	"time"
 
 	"go.uber.org/zap"
@@ -154,13 +156,25 @@ func (s *Supervisor) snapshot() Status {
 	for o, n := range st.outcomes {
 		out.Totals.Handoffs[o] = n
 	}
+	backends := make(map[string]ipc.BackendCounters, len(st.retiredBackends))
+	for name, c := range st.retiredBackends {
+		backends[name] = c
+	}
 	for _, g := range st.gens {
 		for _, sl := range g.slots {
 			out.Totals.Accepted += sl.stats.Accepted
 			out.Totals.Requests += sl.stats.Requests
 			out.Totals.Errors += sl.stats.Errors
 			out.Totals.Connections += sl.stats.Connections
+			for _, b := range sl.stats.Backends {
+				c := backends[b.Name]
+				c.Add(b.BackendCounters)
+				backends[b.Name] = c
+			}
 		}
+	}
+	if len(backends) > 0 {
+		out.Totals.Backends = backends
 	}
 	for _, g := range st.gens {
 		gs := GenerationStatus{ID: g.id, State: g.state, Binary: g.binary, StartedAt: g.startedAt, Reason: g.reason}

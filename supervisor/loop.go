@@ -12,24 +12,25 @@ import (
 
 // loopState is everything the loop owns. Nothing else reads or writes it.
 type loopState struct {
-	startedAt  time.Time
-	cfg        *Config // the active generation's config (the first one at start)
-	sockets    *socketTable
-	gens       []*generation // live ones, and the last few finished
-	nextGen    uint64
-	active     *generation
-	starting   *generation
-	handoffs   []*handoff    // the last HistoryLength
-	handoffSeq int           // the last handoff's ID
-	pending    []reloadEvent // reloads asked for while one runs
-	stopping   bool
-	stopAt     time.Time // kill everything left at this time while stopping
-	runErr     error     // what Run returns
-	retired    ipc.Stats // counters of the worker processes that exited
-	outcomes   map[Outcome]uint64
-	upgrading  bool // an upgrade is starting the next supervisor
-	upgraded   bool // the next supervisor has taken over
-	ready      bool // the first generation was ready (Upgrader told)
+	startedAt       time.Time
+	cfg             *Config // the active generation's config (the first one at start)
+	sockets         *socketTable
+	gens            []*generation // live ones, and the last few finished
+	nextGen         uint64
+	active          *generation
+	starting        *generation
+	handoffs        []*handoff    // the last HistoryLength
+	handoffSeq      int           // the last handoff's ID
+	pending         []reloadEvent // reloads asked for while one runs
+	stopping        bool
+	stopAt          time.Time // kill everything left at this time while stopping
+	runErr          error     // what Run returns
+	retired         ipc.Stats // counters of the worker processes that exited
+	retiredBackends map[string]ipc.BackendCounters
+	outcomes        map[Outcome]uint64
+	upgrading       bool // an upgrade is starting the next supervisor
+	upgraded        bool // the next supervisor has taken over
+	ready           bool // the first generation was ready (Upgrader told)
 }
 
 // Events the loop handles.
@@ -72,6 +73,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	st := &s.state
 	st.startedAt = time.Now()
 	st.outcomes = make(map[Outcome]uint64)
+	st.retiredBackends = make(map[string]ipc.BackendCounters)
 	activated, err := socketActivation()
 	if err != nil {
 		close(s.done)

@@ -41,6 +41,8 @@ type Totals struct {
 	Connections int64 `json:"connections"`
 	// Handoffs counts handoffs by outcome.
 	Handoffs map[Outcome]uint64 `json:"handoffs"`
+	// Backends counts, per backend name, what every worker sent it.
+	Backends map[string]ipc.BackendCounters `json:"backends,omitempty"`
 }
 
 // ListenerStatus describes one listener of the active (or newest) config.

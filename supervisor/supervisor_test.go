@@ -389,7 +389,7 @@ func TestReloadsDuringAHandoffAreCoalesced(t *testing.T) {
 func TestDeadWorkerIsRestartedInItsSlot(t *testing.T) {
 	h := newHarness(t, 2, nil)
 	ps := h.readyGeneration(2)
-	ps[1].w.SendStats(ipc.Stats{Requests: 7, Accepted: 3})
+	ps[1].w.SendStats(ipc.Stats{Requests: 7, Accepted: 3, Backends: []ipc.BackendStats{{Name: "app", BackendCounters: ipc.BackendCounters{Requests: 7, Retries: 2}}}})
 	h.waitStatus("the dying worker's counters", func(st Status) bool { return st.Totals.Requests == 7 })
 	ps[1].exit(errors.New("signal: segmentation fault"))
 	p := h.next()
@@ -401,7 +401,7 @@ func TestDeadWorkerIsRestartedInItsSlot(t *testing.T) {
 		w := st.Generations[0].Workers[1]
 		return w.Restarts == 1 && w.State == WorkerReady && w.PID == p.pid
 	})
-	if st.Totals.Requests != 7 || st.Totals.Accepted != 3 {
+	if st.Totals.Requests != 7 || st.Totals.Accepted != 3 || st.Totals.Backends["app"].Retries != 2 {
 		t.Errorf("totals after the restart: %+v; the dead worker's counters must stay", st.Totals)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/baton-proxy/baton/ipc"
 	"github.com/baton-proxy/baton/supervisor"
 )
 
@@ -71,6 +72,25 @@ func writeMetrics(out io.Writer, st *supervisor.Status) {
 	for _, be := range st.Backends {
 		fmt.Fprintf(&b, "baton_backend_endpoints{backend=%q,mode=%q,state=\"ready\"} %d\n", be.Name, be.Mode, be.Ready)
 		fmt.Fprintf(&b, "baton_backend_endpoints{backend=%q,mode=%q,state=\"terminating\"} %d\n", be.Name, be.Mode, be.Terminating)
+	}
+	names := make([]string, 0, len(st.Totals.Backends))
+	for n := range st.Totals.Backends {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, m := range []struct {
+		name, help string
+		get        func(c ipc.BackendCounters) uint64
+	}{
+		{"baton_backend_requests_total", "Requests and TCP streams routed to a backend, across generations.", func(c ipc.BackendCounters) uint64 { return c.Requests }},
+		{"baton_backend_errors_total", "Requests baton answered 502, 503 or 504 for a backend.", func(c ipc.BackendCounters) uint64 { return c.Errors }},
+		{"baton_backend_retries_total", "Requests sent again, on a new connection or another endpoint.", func(c ipc.BackendCounters) uint64 { return c.Retries }},
+		{"baton_backend_connect_failures_total", "Failed connects to a backend's endpoints.", func(c ipc.BackendCounters) uint64 { return c.ConnectFailures }},
+	} {
+		metric(m.name, "counter", m.help)
+		for _, n := range names {
+			fmt.Fprintf(&b, "%s{backend=%q} %d\n", m.name, n, m.get(st.Totals.Backends[n]))
+		}
 	}
 	io.WriteString(out, b.String())
 }

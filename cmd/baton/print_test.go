@@ -22,7 +22,8 @@ func sampleStatus() *supervisor.Status {
 		Handoffs:       []supervisor.Handoff{{ID: 2, From: 1, To: 2, Trigger: "signal", Outcome: supervisor.OutcomeOK, ReadyMs: 9, DrainMs: &drain}},
 		PendingHandoff: &supervisor.Handoff{ID: 3, From: 2, Trigger: "control", Outcome: supervisor.OutcomePending},
 		Backends:       []ipc.BackendStats{{Name: "shop", Mode: "endpoints", Ready: 3, Terminating: 1, UpdatedAt: now}},
-		Totals:         supervisor.Totals{Requests: 1234, Handoffs: map[supervisor.Outcome]uint64{supervisor.OutcomeOK: 2}},
+		Totals: supervisor.Totals{Requests: 1234, Handoffs: map[supervisor.Outcome]uint64{supervisor.OutcomeOK: 2},
+			Backends: map[string]ipc.BackendCounters{"shop": {Requests: 50, Errors: 1, Retries: 4, ConnectFailures: 3}}},
 	}
 }
 
@@ -50,6 +51,8 @@ func TestWriteMetrics(t *testing.T) {
 		`baton_workers{generation_state="active",state="ready"} 1` + "\n",
 		`baton_listener_accept_queue{listener="web",socket="1"} 3` + "\n",
 		`baton_backend_endpoints{backend="shop",mode="endpoints",state="terminating"} 1` + "\n",
+		`baton_backend_retries_total{backend="shop"} 4` + "\n",
+		`baton_backend_connect_failures_total{backend="shop"} 3` + "\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("metrics lack %q:\n%s", want, out)
