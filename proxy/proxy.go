@@ -1,9 +1,11 @@
 // Package proxy is baton's worker: an HTTP (1.1 and h2c) and TCP reverse
 // proxy serving on the listeners a supervisor hands it.
 //
-// A Proxy is built from one config and never changes: a new config is a new
-// generation of workers. Draining is one-way: once Drain starts, every
-// HTTP/1 response asks the client to close, and no listener accepts again.
+// A Proxy is built from one config: its routes never change (a new config
+// is a new generation of workers); only its backends' endpoint sets do,
+// each swapped whole when its Kubernetes Service changes. Draining is
+// one-way: once Drain starts, every HTTP/1 response asks the client to
+// close, and no listener accepts again.
 package proxy
 
 import (
