@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build run test kubebin vet fmt-check fuzz bench clean
+.PHONY: all build run test kubebin vet fmt-check fuzz bench bench-kube clean
 
 all: build
 
@@ -46,6 +46,11 @@ fuzz:
 # missing); writes docs/benchmarks.md. BENCH_QUICK=1 for a short run.
 bench:
 	./scripts/bench.sh
+
+# From an EndpointSlice write to baton's routing, on a real API server,
+# with 10 and 10,000 endpoints (docs/kubernetes.md has the figures).
+bench-kube: kubebin
+	$(GO) test -run '^$$' -bench EndpointSliceToRoute -benchtime 200x ./integration/kube/
 
 clean:
 	rm -rf bin
