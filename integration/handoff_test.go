@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-proxy/baton/integration/internal/harness"
 	"github.com/baton-proxy/baton/integration/internal/load"
 	"github.com/baton-proxy/baton/supervisor"
 )
@@ -86,10 +87,7 @@ func handoffsUnderLoad(t *testing.T, b *batonProc, n int) (*load.Result, []super
 			Progress:   &progress,
 		})
 	}()
-	waitTraffic := func() {
-		from := progress.Load()
-		waitFor(t, 30*time.Second, "traffic through the proxy", func() bool { return progress.Load() >= from+200 })
-	}
+	waitTraffic := func() { harness.WaitTraffic(t, &progress, 200) }
 	waitTraffic()
 	var hs []supervisor.Handoff
 	for range n {

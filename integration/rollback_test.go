@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-proxy/baton/integration/internal/harness"
 	"github.com/baton-proxy/baton/integration/internal/load"
 	"github.com/baton-proxy/baton/supervisor"
 )
@@ -33,10 +34,9 @@ func background(t *testing.T, b *batonProc, tcp bool) func() *load.Result {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan *load.Result, 1)
 	go func() { done <- load.Run(ctx, cfg) }()
-	waitFor(t, 30*time.Second, "traffic", func() bool { return progress.Load() > 20 })
+	harness.WaitTraffic(t, &progress, 20)
 	return func() *load.Result {
-		from := progress.Load()
-		waitFor(t, 30*time.Second, "traffic", func() bool { return progress.Load() > from+20 })
+		harness.WaitTraffic(t, &progress, 20)
 		cancel()
 		return <-done
 	}

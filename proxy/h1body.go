@@ -222,13 +222,28 @@ func tunnel(client net.Conn, cr *reader, up net.Conn, ur *reader) {
 	ur.setDeadline(time.Time{})
 	client.SetWriteDeadline(time.Time{})
 	up.SetWriteDeadline(time.Time{})
+	// The readers hold what came after the heads, then read on.
+	join(client, cr, up, ur)
+}
+
+// join copies a's input (read from ar) to b and b's (from br) to a,
+// passing each half-close along, until both directions have ended.
+func join(a net.Conn, ar io.Reader, b net.Conn, br io.Reader) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		io.Copy(up, cr) // what the client sent after the head, then the rest
-		closeWrite(up)
+		io.Copy(b, ar)
+		closeWrite(b)
 	}()
-	io.Copy(client, ur)
-	closeWrite(client)
+	io.Copy(a, br)
+	closeWrite(a)
 	<-done
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	} else {
+		c.Close()
+	}
 }

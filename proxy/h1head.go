@@ -25,8 +25,6 @@ type reqHead struct {
 	expectContinue bool
 	hopByHop       [][]byte // further header names listed in Connection
 	headers        []header
-	xff            []byte // X-Forwarded-For values, joined
-	xffMulti       bool
 }
 
 // respHead is a parsed response head.
@@ -73,7 +71,7 @@ func parseRequest(h *reqHead, head []byte) error {
 	if err != nil {
 		return err
 	}
-	keepAlive := false
+	keepAlive, upgrade := false, false
 	var te []byte
 	for i := range h.headers {
 		hd := &h.headers[i]
@@ -95,21 +93,12 @@ func parseRequest(h *reqHead, head []byte) error {
 			}
 			te = hd.value
 		case eqFold(hd.name, "connection"):
-			h.hopByHop = connectionTokens(hd.value, &h.close, &keepAlive, h.hopByHop)
-			if hasToken(hd.value, "upgrade") {
-				h.upgrade = []byte{} // set below from the Upgrade header
-			}
+			h.hopByHop = connectionTokens(hd.value, &h.close, &keepAlive, &upgrade, h.hopByHop)
 		case eqFold(hd.name, "expect"):
 			h.expectContinue = eqFold(bytes.TrimSpace(hd.value), "100-continue")
-		case eqFold(hd.name, "x-forwarded-for"):
-			if h.xff != nil {
-				h.xffMulti = true
-			}
-			h.xff = hd.value
 		}
 	}
-	if h.upgrade != nil {
-		h.upgrade = nil
+	if upgrade {
 		for _, hd := range h.headers {
 			if eqFold(hd.name, "upgrade") {
 				h.upgrade = hd.value
@@ -179,7 +168,8 @@ func parseResponse(h *respHead, head []byte) error {
 			}
 			h.chunked = true
 		case eqFold(hd.name, "connection"):
-			h.hopByHop = connectionTokens(hd.value, &h.close, &keepAlive, h.hopByHop)
+			var upgrade bool
+			h.hopByHop = connectionTokens(hd.value, &h.close, &keepAlive, &upgrade, h.hopByHop)
 		}
 	}
 	if h.chunked {
@@ -191,10 +181,9 @@ func parseResponse(h *respHead, head []byte) error {
 	return nil
 }
 
-// connectionTokens reads a Connection header: close and keep-alive set
-// their flags; other names (but upgrade) are headers to drop, appended to
-// named.
-func connectionTokens(v []byte, close, keepAlive *bool, named [][]byte) [][]byte {
+// connectionTokens reads a Connection header: close, keep-alive and upgrade
+// set their flags; other names are headers to drop, appended to named.
+func connectionTokens(v []byte, close, keepAlive, upgrade *bool, named [][]byte) [][]byte {
 	forTokens(v, func(tok []byte) {
 		switch {
 		case eqFold(tok, "close"):
@@ -202,6 +191,7 @@ func connectionTokens(v []byte, close, keepAlive *bool, named [][]byte) [][]byte
 		case eqFold(tok, "keep-alive"):
 			*keepAlive = true
 		case eqFold(tok, "upgrade"):
+			*upgrade = true
 		default:
 			named = append(named, tok)
 		}
@@ -303,16 +293,6 @@ func forTokens(v []byte, fn func([]byte)) {
 			fn(tok)
 		}
 	}
-}
-
-func hasToken(v []byte, s string) bool {
-	found := false
-	forTokens(v, func(tok []byte) {
-		if eqFold(tok, s) {
-			found = true
-		}
-	})
-	return found
 }
 
 // parseLength parses a Content-Length value: digits only, no sign, at most

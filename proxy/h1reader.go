@@ -119,25 +119,6 @@ func (rd *reader) readHead() ([]byte, error) {
 	}
 }
 
-// readLine returns the next line without its CRLF (for chunk sizes and
-// trailers), consuming it. Lines are bounded by the buffer's limit.
-func (rd *reader) readLine() ([]byte, error) {
-	for {
-		b := rd.buffered()
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			rd.consume(i + 1)
-			line := b[:i]
-			if len(line) == 0 || line[len(line)-1] != '\r' {
-				return nil, errMalformed
-			}
-			return line[:len(line)-1], nil
-		}
-		if err := rd.fill(); err != nil {
-			return nil, err
-		}
-	}
-}
-
 // Read reads body bytes: buffered ones first, then from the connection.
 func (rd *reader) Read(p []byte) (int, error) {
 	if rd.r < rd.w {

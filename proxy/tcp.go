@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"io"
 	"net"
 	"sync"
 
@@ -64,23 +63,7 @@ func (f *tcpFrontend) proxy(c net.Conn) {
 	if closing {
 		return
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		io.Copy(up, c)
-		closeWrite(up)
-	}()
-	io.Copy(c, up)
-	closeWrite(c)
-	<-done
-}
-
-func closeWrite(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-	} else {
-		c.Close()
-	}
+	join(c, c, up, up)
 }
 
 func (f *tcpFrontend) stopAccepting() { f.acc.stop() }

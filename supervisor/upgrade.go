@@ -9,13 +9,13 @@ import (
 )
 
 // controlFile names the control socket for a self-upgrade.
-const controlFile = "control"
+const controlFileName = "control"
 
 // controlListener returns the control socket: the previous supervisor's
 // after a self-upgrade, else a new one.
 func (s *Supervisor) controlListener(path string) (*net.UnixListener, error) {
 	if upg := s.opts.Upgrader; upg != nil && upg.HasParent() {
-		f, err := upg.File(controlFile)
+		f, err := upg.File(controlFileName)
 		if err != nil {
 			return nil, fmt.Errorf("inherit control socket: %w", err)
 		}
@@ -66,7 +66,7 @@ func (s *Supervisor) handleUpgrade(reply chan error) {
 		return
 	}
 	defer ctl.Close() // AddFile keeps its own duplicate
-	files[controlFile] = ctl
+	files[controlFileName] = ctl
 	for name, f := range files {
 		if err := upg.AddFile(name, f); err != nil {
 			answer(fmt.Errorf("upgrade: hand over %s: %w", name, err))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -253,13 +252,4 @@ func (k *kubeProxy) close() {
 	}
 	k.mu.Unlock()
 	k.wg.Wait()
-}
-
-// backendsLine returns baton's status line of its one backend, for logs.
-func backendsLine(b *harness.Baton) string {
-	var parts []string
-	for _, be := range b.Status().Backends {
-		parts = append(parts, fmt.Sprintf("%s %s ready %d terminating %d %s", be.Name, be.Mode, be.Ready, be.Terminating, be.Error))
-	}
-	return strings.Join(parts, "; ")
 }

@@ -59,10 +59,7 @@ func rollout(t *testing.T, b *harness.Baton, ns, svc string, old []*pod, badOrde
 			KeepAlive: 4, NewConn: 2, Post: 2, Progress: &progress,
 		})
 	}()
-	traffic := func() {
-		from := progress.Load()
-		harness.WaitFor(t, 30*time.Second, "traffic", func() bool { return progress.Load() > from+100 })
-	}
+	traffic := func() { harness.WaitTraffic(t, &progress, 100) }
 	traffic()
 	start := time.Now()
 	var res rolloutResult

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -53,6 +54,14 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// WaitTraffic waits until progress (a load run's count of answered
+// requests and echoes) has grown by n from now.
+func WaitTraffic(t testing.TB, progress *atomic.Uint64, n uint64) {
+	t.Helper()
+	from := progress.Load()
+	WaitFor(t, 30*time.Second, "traffic through the proxy", func() bool { return progress.Load() >= from+n })
 }
 
 // Baton is one running `baton run`.
