@@ -1,0 +1,199 @@
+package h1
+
+import (
+	"bytes"
+	"io"
+	"time"
+)
+
+// ReadBufferSize is a Reader's initial buffer. A head that does not fit
+// grows it, up to the Reader's limit.
+const ReadBufferSize = 4 << 10
+
+// Conn is what a Reader reads: a net.Conn, or anything with a read
+// deadline.
+type Conn interface {
+	io.Reader
+	SetReadDeadline(time.Time) error
+}
+
+// Reader buffers one connection's input. Heads are parsed in place in its
+// buffer; body copies drain the buffer before reading the connection.
+type Reader struct {
+	c    Conn
+	buf  []byte
+	r, w int
+	max  int       // the buffer may grow to this size to hold a head
+	dl   time.Time // the read deadline last set on c
+}
+
+// NewReader returns a Reader of c whose heads may be up to max bytes.
+func NewReader(c Conn, max int) *Reader {
+	return &Reader{c: c, buf: make([]byte, ReadBufferSize), max: max}
+}
+
+// Reset makes rd read c, with nothing buffered.
+func (rd *Reader) Reset(c Conn) {
+	rd.c = c
+	rd.r, rd.w = 0, 0
+	rd.dl = time.Time{}
+}
+
+// Small reports whether the buffer has its initial size (it never grew
+// for a large head), which makes it worth keeping for reuse.
+func (rd *Reader) Small() bool { return len(rd.buf) == ReadBufferSize }
+
+// ExtendDeadline pushes the read deadline to now+timeout, lazily: moving a
+// deadline resets a runtime timer, so it moves only once less than half the
+// timeout is left. A wait thus times out after timeout/2 to timeout.
+func (rd *Reader) ExtendDeadline(now time.Time, timeout time.Duration) {
+	if rd.dl.Sub(now) < timeout/2 {
+		rd.SetDeadline(now.Add(timeout))
+	}
+}
+
+// SetDeadline sets the read deadline to t.
+func (rd *Reader) SetDeadline(t time.Time) {
+	rd.dl = t
+	rd.c.SetReadDeadline(t)
+}
+
+// Buffered returns the bytes read and not yet consumed.
+func (rd *Reader) Buffered() []byte { return rd.buf[rd.r:rd.w] }
+
+// Consume drops the first n buffered bytes.
+func (rd *Reader) Consume(n int) { rd.r += n }
+
+// Fill reads once from the connection, making room first: it moves unread
+// bytes to the front, or grows the buffer (up to the limit) when it is
+// full, or fails with ErrHeadTooLarge.
+func (rd *Reader) Fill() error {
+	if rd.r > 0 {
+		if rd.r == rd.w {
+			rd.r, rd.w = 0, 0
+		} else if rd.w == len(rd.buf) {
+			n := copy(rd.buf, rd.buf[rd.r:rd.w])
+			rd.r, rd.w = 0, n
+		}
+	}
+	if rd.w == len(rd.buf) {
+		if len(rd.buf) >= rd.max {
+			return ErrHeadTooLarge
+		}
+		nb := make([]byte, min(2*len(rd.buf), rd.max))
+		rd.w = copy(nb, rd.buf[rd.r:rd.w])
+		rd.r = 0
+		rd.buf = nb
+	}
+	n, err := rd.c.Read(rd.buf[rd.w:])
+	rd.w += n
+	if n > 0 {
+		return nil
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
+}
+
+// HasHead reports whether a whole request head is buffered.
+func (rd *Reader) HasHead() bool {
+	b, _ := rd.skipEmptyLines(false)
+	end, _ := headEnd(b, 0)
+	return end > 0
+}
+
+// ReadRequestHead returns the next request head (request line and field
+// lines, up to and including the empty line), consuming it. The slice is
+// valid until the next Fill. Empty lines before it are skipped (RFC 9112
+// §2.2). The head is not checked here: Request.Parse does that.
+func (rd *Reader) ReadRequestHead() ([]byte, error) { return rd.readHead(true) }
+
+// ReadResponseHead is ReadRequestHead for a response head; nothing may
+// come before it.
+func (rd *Reader) ReadResponseHead() ([]byte, error) { return rd.readHead(false) }
+
+func (rd *Reader) readHead(skipEmpty bool) ([]byte, error) {
+	from := 0
+	for {
+		b := rd.Buffered()
+		if skipEmpty {
+			var skipped bool
+			if b, skipped = rd.skipEmptyLines(true); skipped {
+				from = 0
+			}
+		}
+		end, next := headEnd(b, from)
+		if end > 0 {
+			rd.Consume(end)
+			return b[:end], nil
+		}
+		from = next
+		if err := rd.Fill(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// skipEmptyLines returns the buffered bytes after any empty lines (CRLF or
+// LF) at their start, consuming those when consume is set, and whether
+// there were any.
+func (rd *Reader) skipEmptyLines(consume bool) ([]byte, bool) {
+	b := rd.Buffered()
+	n := 0
+	for {
+		switch {
+		case len(b) > n && b[n] == '\n':
+			n++
+			continue
+		case len(b) > n+1 && b[n] == '\r' && b[n+1] == '\n':
+			n += 2
+			continue
+		}
+		break
+	}
+	if consume {
+		rd.Consume(n)
+	}
+	return b[n:], n > 0
+}
+
+// headEnd looks in b, from index from on, for the empty line that ends a
+// head: a line end (LF, or CRLF) followed by CRLF or LF. It returns the
+// head's length, or 0 and the index to resume from once more is buffered.
+func headEnd(b []byte, from int) (end, next int) {
+	for {
+		i := bytes.IndexByte(b[from:], '\n')
+		if i < 0 {
+			return 0, len(b)
+		}
+		i += from
+		switch {
+		case i+1 < len(b) && b[i+1] == '\n':
+			return i + 2, 0
+		case i+2 < len(b) && b[i+1] == '\r' && b[i+2] == '\n':
+			return i + 3, 0
+		case i+1 == len(b), i+2 == len(b) && b[i+1] == '\r':
+			return 0, i // undecided until more arrives
+		}
+		from = i + 1
+	}
+}
+
+// Read reads body bytes: buffered ones first, then from the connection.
+func (rd *Reader) Read(p []byte) (int, error) {
+	if rd.r < rd.w {
+		n := copy(p, rd.buf[rd.r:rd.w])
+		rd.r += n
+		return n, nil
+	}
+	if len(p) >= len(rd.buf) {
+		return rd.c.Read(p)
+	}
+	if err := rd.Fill(); err != nil {
+		return 0, err
+	}
+	n := copy(p, rd.buf[rd.r:rd.w])
+	rd.r += n
+	return n, nil
+}

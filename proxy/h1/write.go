@@ -1,0 +1,129 @@
+package h1
+
+import (
+	"bufio"
+	"strconv"
+)
+
+// Framing says how a body is delimited on its way out.
+type Framing struct {
+	// Length is the Content-Length to send, or -1 for none.
+	Length int64
+	// Chunked sends Transfer-Encoding: chunked.
+	Chunked bool
+}
+
+// Forwarded is what a proxy adds to a request it forwards.
+type Forwarded struct {
+	// For is the client's address, appended to X-Forwarded-For.
+	For []byte
+	// Proto is the scheme the client used, sent as X-Forwarded-Proto.
+	Proto string
+}
+
+// WriteHead writes the head of r as baton forwards it: the request line
+// in origin-form with the normalised path, Host from r.Authority, the
+// fields but hop-by-hop and framing ones, X-Forwarded-For (the client's
+// chain, then fwd.For), X-Forwarded-Proto and X-Forwarded-Host, the
+// framing of body, and the protocol switch when r asks for one. Nothing
+// that frames the message is copied from the client.
+func (r *Request) WriteHead(w *bufio.Writer, body Framing, fwd *Forwarded) {
+	w.Write(r.Method)
+	w.WriteByte(' ')
+	w.Write(r.Path)
+	w.Write(r.Query)
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.Write(r.Authority)
+	w.Write(crlf)
+	xff := false
+	for i := range r.Fields {
+		f := &r.Fields[i]
+		switch {
+		case f.drop:
+		case len(f.Name) == 15 && EqualFold(f.Name, "x-forwarded-for"):
+			xff = true
+		default:
+			writeField(w, f)
+		}
+	}
+	w.WriteString("X-Forwarded-For: ")
+	if xff {
+		for i := range r.Fields {
+			f := &r.Fields[i]
+			if !f.drop && len(f.Name) == 15 && EqualFold(f.Name, "x-forwarded-for") {
+				w.Write(f.Value)
+				w.WriteString(", ")
+			}
+		}
+	}
+	w.Write(fwd.For)
+	w.WriteString("\r\nX-Forwarded-Proto: ")
+	w.WriteString(fwd.Proto)
+	w.Write(crlf)
+	if len(r.Authority) > 0 {
+		w.WriteString("X-Forwarded-Host: ")
+		w.Write(r.Authority)
+		w.Write(crlf)
+	}
+	writeFraming(w, body)
+	if r.Upgrade != nil {
+		w.WriteString("Connection: Upgrade\r\nUpgrade: ")
+		w.Write(r.Upgrade)
+		w.Write(crlf)
+	}
+	w.Write(crlf)
+}
+
+// ResponseOut says how a response head goes to the client.
+type ResponseOut struct {
+	Body Framing
+	// Connection is the Connection field to send ("close", "keep-alive",
+	// or "Upgrade" for a 101, which keeps the Upgrade field), or "".
+	Connection string
+	// Extra holds header lines of the proxy's own, each ending in CRLF.
+	Extra []byte
+}
+
+// WriteHead writes the head of r for the client: an HTTP/1.1 status line,
+// the fields but hop-by-hop and framing ones, then out's framing, extra
+// lines and Connection.
+func (r *Response) WriteHead(w *bufio.Writer, out *ResponseOut) {
+	w.WriteString("HTTP/1.1 ")
+	w.Write(strconv.AppendInt(w.AvailableBuffer(), int64(r.Status), 10))
+	w.WriteByte(' ')
+	w.Write(r.Reason)
+	w.Write(crlf)
+	upgrade := out.Connection == "Upgrade"
+	for i := range r.Fields {
+		f := &r.Fields[i]
+		if !f.drop || (upgrade && EqualFold(f.Name, "upgrade")) {
+			writeField(w, f)
+		}
+	}
+	writeFraming(w, out.Body)
+	w.Write(out.Extra)
+	if out.Connection != "" {
+		w.WriteString("Connection: ")
+		w.WriteString(out.Connection)
+		w.Write(crlf)
+	}
+	w.Write(crlf)
+}
+
+func writeField(w *bufio.Writer, f *Field) {
+	w.Write(f.Name)
+	w.WriteString(": ")
+	w.Write(f.Value)
+	w.Write(crlf)
+}
+
+func writeFraming(w *bufio.Writer, body Framing) {
+	switch {
+	case body.Chunked:
+		w.WriteString("Transfer-Encoding: chunked\r\n")
+	case body.Length >= 0:
+		w.WriteString("Content-Length: ")
+		w.Write(strconv.AppendInt(w.AvailableBuffer(), body.Length, 10))
+		w.Write(crlf)
+	}
+}
