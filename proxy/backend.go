@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,8 @@ type backend struct {
 	dialer   net.Dialer
 	headMax  int
 	lifetime time.Duration // of upstream connections; 0: unbounded
+	// hashHeader is the hash-header balancer's field name, in lower case.
+	hashHeader string
 
 	mu     sync.Mutex // protects byAddr; held by updates only
 	byAddr map[string]*endpoint
@@ -97,6 +100,8 @@ func newBackend(bc config.Backend, headMax int) *backend {
 		headMax:  headMax,
 		lifetime: bc.ConnectionLifetime.Std(),
 		byAddr:   make(map[string]*endpoint),
+
+		hashHeader: strings.ToLower(bc.HashHeader),
 	}
 	if bc.Kubernetes != nil {
 		b.mode = bc.Kubernetes.Mode
@@ -196,10 +201,9 @@ func (ep *endpoint) connected() {
 }
 
 // conn returns a connection to ep: a pooled one unless fresh, else new.
-// check probes a pooled one before use (see addrPool.get).
-func (ep *endpoint) conn(ctx context.Context, b *backend, fresh, check bool) (*upConn, error) {
+func (ep *endpoint) conn(ctx context.Context, b *backend, fresh bool) (*upConn, error) {
 	if !fresh {
-		if uc := ep.pool.get(time.Now(), check); uc != nil {
+		if uc := ep.pool.get(time.Now()); uc != nil {
 			return uc, nil
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/proxy/h1"
 	"go.uber.org/zap"
 )
 
@@ -33,11 +35,13 @@ const lingerTimeout = 2 * time.Second
 
 // h1conn serves one client connection of an http listener: HTTP/1.x
 // requests one after the other, each proxied on a pooled upstream
-// connection by this one goroutine.
+// connection by this one goroutine. The wire format is package h1's: this
+// file decides where requests go and what happens when something fails.
 type h1conn struct {
 	f      *httpFrontend
 	c      net.Conn
-	rd     *reader
+	rd     *h1.Reader
+	cw     countWriter // c, counting what was written
 	bw     *bufio.Writer
 	client []byte // the client's address, for X-Forwarded-For
 
@@ -45,12 +49,28 @@ type h1conn struct {
 	closeMu sync.Mutex // serialises the drain's closing with the wake-up
 	wdl     time.Time  // the write deadline last set
 
-	req       reqHead
-	resp      respHead
-	setCookie string     // a Set-Cookie to add to the response: name=value
-	out       bodyCopier // client to upstream
-	in        bodyCopier // upstream to client
+	req   h1.Request
+	resp  h1.Response
+	extra []byte  // header lines to add to the response (a sticky cookie)
+	out   h1.Body // client to upstream
+	in    h1.Body // upstream to client
+
+	// A request body read before the upstream is chosen (a route's
+	// bufferRequestBody): body holds it, decoded; bodyState says how much.
+	head      []byte // a copy of the head, while the body is read ahead
+	body      memWriter
+	bodyState bodyState
+	continued bool // 100 Continue was sent for this request
 }
+
+// bodyState says how much of a request's body was read ahead.
+type bodyState int
+
+const (
+	bodyStreamed bodyState = iota // none: it is copied on the way up
+	bodyWhole                     // all of it, in body
+	bodyPrefix                    // a prefix of a chunked body; the rest follows
+)
 
 // serve runs the connection until it closes.
 func (hc *h1conn) serve() {
@@ -74,23 +94,23 @@ func (hc *h1conn) serve() {
 // when the connection turned out to be HTTP/2 and was handed over.
 func (hc *h1conn) readRequestHead(first bool) ([]byte, error) {
 	cfg := &hc.f.p.cfg.HTTP
-	if len(hc.rd.buffered()) == 0 {
+	if len(hc.rd.Buffered()) == 0 {
 		timeout := cfg.IdleTimeout.Std()
 		if first {
 			timeout = cfg.ReadHeaderTimeout.Std()
 		}
 		hc.state.Store(connIdle)
 		if first {
-			hc.rd.setDeadline(time.Now().Add(timeout))
+			hc.rd.SetDeadline(time.Now().Add(timeout))
 		} else {
-			hc.rd.extendDeadline(time.Now(), timeout)
+			hc.rd.ExtendDeadline(time.Now(), timeout)
 		}
 		for {
 			var err error
 			if hc.state.Load() == connClosing {
 				err = os.ErrDeadlineExceeded // the drain woke us before we waited
 			} else {
-				err = hc.rd.fill()
+				err = hc.rd.Fill()
 			}
 			if err == nil {
 				break
@@ -107,15 +127,15 @@ func (hc *h1conn) readRequestHead(first bool) ([]byte, error) {
 	if hc.state.Load() != connActive && !hc.state.CompareAndSwap(connIdle, connActive) {
 		hc.activate() // the drain marked us closing as the request arrived
 	}
-	if first && bytes.HasPrefix(h2Preface, hc.rd.buffered()[:min(len(hc.rd.buffered()), len(h2Preface))]) {
+	if b := hc.rd.Buffered(); first && bytes.HasPrefix(h2Preface, b[:min(len(b), len(h2Preface))]) {
 		return nil, hc.maybeHTTP2()
 	}
-	if !hc.rd.hasHead() {
+	if !hc.rd.HasHead() {
 		// A head that does not come in one piece gets ReadHeaderTimeout
 		// from its first byte: a slowloris does not hold the connection.
-		hc.rd.setDeadline(time.Now().Add(cfg.ReadHeaderTimeout.Std()))
+		hc.rd.SetDeadline(time.Now().Add(cfg.ReadHeaderTimeout.Std()))
 	}
-	return hc.rd.readHead()
+	return hc.rd.ReadRequestHead()
 }
 
 // activate takes a connection the drain marked closing back to serving a
@@ -124,7 +144,7 @@ func (hc *h1conn) activate() {
 	hc.closeMu.Lock()
 	hc.state.Store(connActive)
 	hc.closeMu.Unlock()
-	hc.rd.setDeadline(time.Now().Add(hc.f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
+	hc.rd.SetDeadline(time.Now().Add(hc.f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
 }
 
 var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
@@ -132,16 +152,16 @@ var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 // maybeHTTP2 reads the whole HTTP/2 preface and hands the connection to the
 // HTTP/2 server.
 func (hc *h1conn) maybeHTTP2() error {
-	for len(hc.rd.buffered()) < len(h2Preface) {
-		if err := hc.rd.fill(); err != nil {
+	for len(hc.rd.Buffered()) < len(h2Preface) {
+		if err := hc.rd.Fill(); err != nil {
 			return err
 		}
 	}
-	if !bytes.HasPrefix(hc.rd.buffered(), h2Preface) {
-		return errMalformed
+	if !bytes.HasPrefix(hc.rd.Buffered(), h2Preface) {
+		return errNotHTTP2
 	}
-	hc.rd.setDeadline(time.Time{})
-	pc := &prefixConn{Conn: hc.c, prefix: append([]byte(nil), hc.rd.buffered()...)}
+	hc.rd.SetDeadline(time.Time{})
+	pc := &prefixConn{Conn: hc.c, prefix: append([]byte(nil), hc.rd.Buffered()...)}
 	if !hc.f.h2.hand(pc) {
 		return errDraining
 	}
@@ -149,7 +169,10 @@ func (hc *h1conn) maybeHTTP2() error {
 	return nil
 }
 
-var errDraining = errors.New("draining")
+var (
+	errDraining = errors.New("draining")
+	errNotHTTP2 = &h1.Error{Status: 400, Reason: "malformed HTTP/2 preface"}
+)
 
 // handle proxies one request whose head is head. It reports whether the
 // connection may serve another.
@@ -157,18 +180,16 @@ func (hc *h1conn) handle(head []byte) bool {
 	p := hc.f.p
 	p.stats.requests.Add(1)
 	req := &hc.req
-	if err := parseRequest(req, head); err != nil {
-		status := 400
-		if err == errVersion {
-			status = 505
-		}
-		hc.errorResponse(status, true)
-		return false
+	hc.bodyState, hc.continued, hc.extra = bodyStreamed, false, hc.extra[:0]
+	if err := req.Parse(head); err != nil {
+		return hc.refuse(err)
 	}
-	hasBody := req.contentLength > 0 || req.chunked
-	rt := p.router.matchBytes(hc.f.name, req.host, requestPath(req.target))
+	rt := p.router.matchBytes(hc.f.name, req.Authority, req.MatchPath())
 	if rt == nil {
-		return hc.errorResponse(404, hasBody || req.close)
+		return hc.errorResponse(404, req.HasBody() || req.Close)
+	}
+	if rt.maxBody > 0 && req.ContentLength > rt.maxBody {
+		return hc.errorResponse(413, true) // before 100 Continue: the body never comes
 	}
 	b := rt.backend
 	b.requests.Add(1)
@@ -176,24 +197,28 @@ func (hc *h1conn) handle(head []byte) bool {
 	if len(set.active) == 0 {
 		// The route stays; its Service has nothing serving right now.
 		b.errors.Add(1)
-		return hc.errorResponse(503, hasBody || req.close)
+		return hc.errorResponse(503, req.HasBody() || req.Close)
 	}
 	var a attempt
-	hc.setCookie = ""
 	switch b.cfg.Balancer {
 	case config.BalancerCookie:
-		if v := req.cookie(b.cfg.Cookie); v != nil {
+		if v := cookieValue(req, b.cfg.Cookie); v != nil {
 			a.sticky = set.serving[string(v)]
 		}
 	case config.BalancerHashHeader:
-		if v := req.header(b.cfg.HashHeader); v != nil {
+		if v := req.Field(b.hashHeader); v != nil {
 			a.hash, a.hashed = hashBytes(v), true
 		}
 	}
-	if req.upgrade != nil {
-		return hc.upgrade(b, set, &a)
+	if req.Upgrade != nil {
+		return hc.upgrade(rt, set, &a)
 	}
-	replayable := !hasBody && idempotent(req.method)
+	if rt.buffer > 0 && req.HasBody() {
+		if err := hc.readBodyAhead(rt, head); err != nil {
+			return hc.bodyFailed(err)
+		}
+	}
+	replayable := idempotent(req.Method) && (!req.HasBody() || hc.bodyState == bodyWhole)
 	retries := 0
 	var (
 		uc  *upConn
@@ -203,16 +228,12 @@ func (hc *h1conn) handle(head []byte) bool {
 	for fresh := false; ; {
 		if ep == nil {
 			if ep = b.pick(set, &a); ep == nil {
-				status := 502
-				if isTimeout(err) {
-					status = 504
-				}
 				b.errors.Add(1)
-				return hc.errorResponse(status, true)
+				return hc.errorResponse(upstreamStatus(err), true)
 			}
 			a.tried(ep)
 		}
-		uc, err = ep.conn(context.Background(), b, fresh, !replayable)
+		uc, err = ep.conn(context.Background(), b, fresh)
 		if err != nil {
 			// Nothing was sent: another endpoint, always.
 			b.connectFailures.Add(1)
@@ -221,13 +242,7 @@ func (hc *h1conn) handle(head []byte) bool {
 			continue
 		}
 		ep.inflight.Add(1)
-		err = hc.sendRequest(uc, retries == 0 && !fresh)
-		if ce, ok := err.(*clientError); ok {
-			ep.inflight.Add(-1)
-			uc.c.Close()
-			p.log.Debug("client went away mid-request", zap.Error(ce))
-			return false
-		}
+		err = hc.sendRequest(uc, rt)
 		if err == nil {
 			err = hc.readResponseHead(uc)
 		}
@@ -236,9 +251,14 @@ func (hc *h1conn) handle(head []byte) bool {
 		}
 		ep.inflight.Add(-1)
 		uc.c.Close()
+		if !upstreamFault(err) {
+			// The client's side failed (went away, or sent a body that
+			// breaks a rule or the limit): nothing to retry.
+			return hc.bodyFailed(err)
+		}
 		p.log.Debug("upstream failed", zap.String("backend", b.name), zap.String("addr", ep.addr), zap.Error(err))
 		switch {
-		case uc.reuse && replayable && !fresh && len(uc.rd.buffered()) == 0:
+		case uc.reuse && replayable && !fresh && len(uc.rd.Buffered()) == 0:
 			// A pooled connection the backend had closed: the same
 			// endpoint, on a new connection.
 			fresh = true
@@ -248,123 +268,187 @@ func (hc *h1conn) handle(head []byte) bool {
 			ep, fresh = nil, false
 			b.retries.Add(1)
 		default:
-			status := 502
-			if isTimeout(err) {
-				status = 504
-			}
 			b.errors.Add(1)
-			return hc.errorResponse(status, true)
+			return hc.errorResponse(upstreamStatus(err), true)
 		}
 	}
 	if b.cfg.Balancer == config.BalancerCookie && a.sticky != ep {
-		hc.setCookie = b.cfg.Cookie + "=" + ep.key
+		hc.extra = fmt.Appendf(hc.extra, "Set-Cookie: %s=%s; Path=/; HttpOnly\r\n", b.cfg.Cookie, ep.key)
 	}
 	keep := hc.forwardResponse(uc)
 	ep.inflight.Add(-1)
 	return keep
 }
 
+// upstreamStatus is the answer to a request that no backend answered: 504
+// when the last attempt timed out, else 502.
+func upstreamStatus(err error) int {
+	if isTimeout(err) {
+		return 504
+	}
+	return 502
+}
+
+// upstreamFault reports whether a failed exchange failed on the upstream
+// side (worth another attempt) rather than the client's.
+func upstreamFault(err error) bool {
+	var ce *clientError
+	return !errors.As(err, &ce)
+}
+
+// refuse answers a request head that breaks a rule.
+func (hc *h1conn) refuse(err error) bool {
+	status := 400
+	var he *h1.Error
+	if errors.As(err, &he) {
+		status = he.Status
+	}
+	hc.f.p.log.Debug("request refused", zap.ByteString("client", hc.client), zap.Error(err))
+	return hc.errorResponse(status, true)
+}
+
+// bodyFailed ends a request whose body could not be relayed: the client
+// went away (nothing to answer), or its body broke a rule or the limit
+// (answered with the rule's status). The connection closes either way.
+func (hc *h1conn) bodyFailed(err error) bool {
+	var he *h1.Error
+	if errors.As(err, &he) {
+		return hc.refuse(err)
+	}
+	hc.f.p.log.Debug("client went away mid-request", zap.Error(err))
+	return false
+}
+
 func idempotent(method []byte) bool {
 	switch string(method) {
-	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
+	case "GET", "HEAD", "OPTIONS", "PUT", "DELETE":
 		return true
 	}
 	return false
 }
 
-// sendRequest writes the request head and body to uc.
-func (hc *h1conn) sendRequest(uc *upConn, firstAttempt bool) error {
+// sendContinue answers a client that waits for 100 Continue before it
+// sends its body, as nginx does: the backend never decides.
+func (hc *h1conn) sendContinue() error {
 	req := &hc.req
-	if req.expectContinue && firstAttempt && req.minor == 1 && (req.contentLength > 0 || req.chunked) {
-		// Answer the client's Expect ourselves, as nginx does, and send
-		// the body along without making the backend decide.
-		hc.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
-		if err := hc.bw.Flush(); err != nil {
-			return &clientError{err}
-		}
+	if !req.ExpectContinue || hc.continued || req.Minor == 0 || !req.HasBody() {
+		return nil
 	}
-	extendWriteDeadline(uc.c, &uc.wdl, time.Now(), upstreamTimeout)
-	hc.writeRequestHead(uc.bw)
-	hc.out = bodyCopier{src: hc.rd, dst: uc.bw, timeout: hc.f.p.cfg.HTTP.IdleTimeout.Std()}
-	var err error
-	switch {
-	case req.chunked:
-		err = hc.out.copyChunked(false)
-	case req.contentLength > 0:
-		err = hc.out.copyN(req.contentLength)
-	}
-	if re, ok := err.(*readError); ok {
-		return &clientError{re.err}
-	}
-	if err != nil {
-		return err
-	}
-	if err := uc.bw.Flush(); err != nil {
-		return &writeError{err}
+	hc.continued = true
+	hc.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+	if err := hc.bw.Flush(); err != nil {
+		return &clientError{err}
 	}
 	return nil
 }
 
-// writeRequestHead writes the request line and headers for the upstream:
-// hop-by-hop headers dropped, X-Forwarded-* added.
-func (hc *h1conn) writeRequestHead(w *bufio.Writer) {
+// readBodyAhead reads the request body into hc.body before an upstream is
+// chosen, up to the route's bufferRequestBody: all of it (bodyWhole), or,
+// for a chunked body that turns out larger, a prefix (bodyPrefix) that
+// sendRequest sends before streaming the rest. A Content-Length body larger
+// than the buffer is streamed from the start.
+func (hc *h1conn) readBodyAhead(rt *route, head []byte) error {
 	req := &hc.req
-	w.Write(req.method)
-	w.WriteByte(' ')
-	w.Write(req.target)
-	w.WriteString(" HTTP/1.1\r\n")
-	var xff [][]byte
-	for _, h := range req.headers {
+	if req.ContentLength > rt.buffer {
+		return nil
+	}
+	// The head lives in the reader's buffer, which reading the body
+	// reuses: parse a copy of it instead (it parsed before, so it does).
+	hc.head = append(hc.head[:0], head...)
+	if err := req.Parse(hc.head); err != nil {
+		return err
+	}
+	if err := hc.sendContinue(); err != nil {
+		return err
+	}
+	hc.body.reset()
+	hc.out = h1.Body{Src: hc.rd, Dst: &hc.body, Timeout: hc.f.p.cfg.HTTP.IdleTimeout.Std(), Limit: rt.buffer}
+	var err error
+	if req.Chunked {
+		err = hc.out.CopyChunked(true)
+	} else {
+		err = hc.out.CopyN(req.ContentLength)
+	}
+	switch {
+	case err == nil:
+		hc.bodyState = bodyWhole
+	case err == h1.ErrBodyTooLarge && (rt.maxBody == 0 || rt.maxBody > rt.buffer):
+		hc.bodyState = bodyPrefix
+	default:
+		return clientSide(err)
+	}
+	return nil
+}
+
+// clientSide marks an error of a request body copy as the client's
+// (reading it, or its framing or size), unless writing upstream failed.
+func clientSide(err error) error {
+	var we *h1.WriteError
+	if errors.As(err, &we) {
+		return err
+	}
+	var re *h1.ReadError
+	if errors.As(err, &re) {
+		return &clientError{re.Err}
+	}
+	return &clientError{err}
+}
+
+// sendRequest writes the request head and body to uc.
+func (hc *h1conn) sendRequest(uc *upConn, rt *route) error {
+	req := &hc.req
+	if err := hc.sendContinue(); err != nil {
+		return err
+	}
+	extendWriteDeadline(uc.c, &uc.wdl, time.Now(), upstreamTimeout)
+	framing := h1.Framing{Length: req.ContentLength, Chunked: req.Chunked}
+	if hc.bodyState == bodyWhole {
+		framing = h1.Framing{Length: int64(len(hc.body.b))}
+	}
+	req.WriteHead(uc.bw, framing, &h1.Forwarded{For: hc.client, Proto: "http", Host: uc.pool.addr})
+	var err error
+	switch hc.bodyState {
+	case bodyWhole:
+		uc.bw.Write(hc.body.b)
+	case bodyPrefix:
+		uc.bw.Write(strconv.AppendInt(uc.bw.AvailableBuffer(), int64(len(hc.body.b)), 16))
+		uc.bw.WriteString("\r\n")
+		uc.bw.Write(hc.body.b)
+		uc.bw.WriteString("\r\n")
+		hc.out.Dst, hc.out.Limit = uc.bw, rt.maxBody
+		err = hc.out.CopyChunked(false)
+	default:
+		hc.out = h1.Body{Src: hc.rd, Dst: uc.bw, Timeout: hc.f.p.cfg.HTTP.IdleTimeout.Std(), Limit: rt.maxBody}
 		switch {
-		case isHopByHop(h.name, req.hopByHop):
-			continue
-		case len(h.name) == 15 && eqFold(h.name, "x-forwarded-for"):
-			xff = append(xff, h.value)
-			continue
-		case len(h.name) > 12 && (eqFold(h.name, "x-forwarded-host") || eqFold(h.name, "x-forwarded-proto")):
-			continue
-		case len(h.name) == 6 && eqFold(h.name, "expect"):
-			continue
+		case req.Chunked:
+			err = hc.out.CopyChunked(false)
+		case req.ContentLength > 0:
+			err = hc.out.CopyN(req.ContentLength)
 		}
-		w.Write(h.line)
-		w.Write(crlf)
 	}
-	w.WriteString("X-Forwarded-For: ")
-	for _, v := range xff {
-		w.Write(v)
-		w.WriteString(", ")
+	if err != nil {
+		return clientSide(err)
 	}
-	w.Write(hc.client)
-	w.WriteString("\r\nX-Forwarded-Proto: http\r\n")
-	if req.host != nil {
-		w.WriteString("X-Forwarded-Host: ")
-		w.Write(req.host)
-		w.Write(crlf)
+	if err := uc.bw.Flush(); err != nil {
+		return &h1.WriteError{Err: err}
 	}
-	if req.chunked {
-		w.WriteString("Transfer-Encoding: chunked\r\n")
-	}
-	if req.upgrade != nil {
-		w.WriteString("Connection: Upgrade\r\nUpgrade: ")
-		w.Write(req.upgrade)
-		w.Write(crlf)
-	}
-	w.Write(crlf)
+	return nil
 }
 
 // readResponseHead reads the response head from uc into hc.resp, skipping
-// interim (1xx) responses other than 101.
+// interim (1xx) responses other than 101. A head that breaks a rule is an
+// upstream failure.
 func (hc *h1conn) readResponseHead(uc *upConn) error {
 	for {
-		uc.rd.extendDeadline(time.Now(), upstreamTimeout)
-		head, err := uc.rd.readHead()
+		uc.rd.ExtendDeadline(time.Now(), upstreamTimeout)
+		head, err := uc.rd.ReadResponseHead()
 		if err != nil {
-			return &readError{err}
+			return &h1.ReadError{Err: err}
 		}
-		if err := parseResponse(&hc.resp, head); err != nil {
-			return &readError{err}
+		if err := hc.resp.Parse(head); err != nil {
+			return &h1.ReadError{Err: err}
 		}
-		if hc.resp.status >= 200 || hc.resp.status == 101 {
+		if hc.resp.Status >= 200 || hc.resp.Status == 101 {
 			return nil
 		}
 	}
@@ -376,65 +460,67 @@ func (hc *h1conn) readResponseHead(uc *upConn) error {
 func (hc *h1conn) forwardResponse(uc *upConn) bool {
 	p := hc.f.p
 	req, resp := &hc.req, &hc.resp
-	noBody := string(req.method) == "HEAD" || resp.status == 204 || resp.status == 304 || resp.status == 101
-	untilEOF := !noBody && !resp.chunked && resp.contentLength < 0
-	decode := resp.chunked && !noBody && req.minor == 0
-	keep := !req.close && !untilEOF && !decode && !p.draining.Load()
+	noBody := resp.NoBody(req.Method)
+	untilEOF := !noBody && !resp.Chunked && resp.ContentLength < 0
+	decode := resp.Chunked && !noBody && req.Minor == 0
+	keep := !req.Close && !untilEOF && !decode && !p.draining.Load()
 
-	w := hc.bw
-	extendWriteDeadline(hc.c, &hc.wdl, time.Now(), upstreamTimeout)
-	w.WriteString("HTTP/1.1 ")
-	w.Write(resp.statusLine)
-	w.Write(crlf)
-	for _, h := range resp.headers {
-		if isHopByHop(h.name, resp.hopByHop) {
-			continue
-		}
-		w.Write(h.line)
-		w.Write(crlf)
-	}
-	if resp.chunked && !decode && !noBody {
-		w.WriteString("Transfer-Encoding: chunked\r\n")
-	}
-	if hc.setCookie != "" {
-		w.WriteString("Set-Cookie: ")
-		w.WriteString(hc.setCookie)
-		w.WriteString("; Path=/; HttpOnly\r\n")
+	out := h1.ResponseOut{Body: h1.Framing{Length: resp.ContentLength, Chunked: resp.Chunked}, Extra: hc.extra}
+	switch {
+	case noBody && (string(req.Method) == "HEAD" || resp.Status == 304):
+		// The length a GET would have had, as the backend said it.
+		out.Body.Chunked = false
+	case noBody:
+		out.Body = h1.Framing{Length: -1}
+	case decode:
+		out.Body = h1.Framing{Length: -1} // an HTTP/1.0 client reads to the close
 	}
 	switch {
 	case !keep:
-		w.WriteString("Connection: close\r\n")
-	case req.minor == 0:
-		w.WriteString("Connection: keep-alive\r\n")
+		out.Connection = "close"
+	case req.Minor == 0:
+		out.Connection = "keep-alive"
 	}
-	w.Write(crlf)
+	extendWriteDeadline(hc.c, &hc.wdl, time.Now(), upstreamTimeout)
+	sent := hc.cw.n
+	resp.WriteHead(hc.bw, &out)
 
-	hc.in = bodyCopier{src: uc.rd, dst: w, timeout: upstreamTimeout}
+	hc.in = h1.Body{Src: uc.rd, Dst: hc.bw, Timeout: upstreamTimeout}
 	var err error
 	switch {
 	case noBody:
-	case resp.chunked:
-		err = hc.in.copyChunked(decode)
-	case resp.contentLength >= 0:
-		err = hc.in.copyN(resp.contentLength)
+	case resp.Chunked:
+		err = hc.in.CopyChunked(decode)
+	case resp.ContentLength >= 0:
+		err = hc.in.CopyN(resp.ContentLength)
 	default:
-		err = hc.in.copyUntilEOF()
+		err = hc.in.CopyUntilEOF()
 	}
 	if err == nil {
-		if ferr := w.Flush(); ferr != nil {
-			err = &writeError{ferr}
+		if ferr := hc.bw.Flush(); ferr != nil {
+			err = &h1.WriteError{Err: ferr}
 		}
 	}
-	if err != nil || resp.close || untilEOF || len(uc.rd.buffered()) > 0 {
+	if err != nil || resp.Close || untilEOF || len(uc.rd.Buffered()) > 0 {
+		// Bytes after the end of the response are never another
+		// client's: the connection is not reused.
 		uc.c.Close()
 	} else {
 		uc.pool.put(uc, time.Now())
 	}
 	if err != nil {
-		if _, ok := err.(*readError); ok {
-			p.stats.errors.Add(1)
-			p.log.Debug("upstream response broke off", zap.String("addr", uc.pool.addr), zap.Error(err))
+		var we *h1.WriteError
+		if errors.As(err, &we) {
+			return false // the client went away
 		}
+		p.log.Debug("upstream response broke off", zap.String("addr", uc.pool.addr), zap.Error(err))
+		if hc.cw.n == sent {
+			// Nothing reached the client yet: it gets a 502 instead of
+			// a response cut short.
+			hc.bw.Reset(&hc.cw)
+			return hc.errorResponse(502, true)
+		}
+		p.stats.errors.Add(1)
 		return false
 	}
 	return keep
@@ -442,9 +528,9 @@ func (hc *h1conn) forwardResponse(uc *upConn) bool {
 
 // upgrade proxies a protocol switch (WebSocket): the request goes on a new
 // upstream connection; on 101 both connections are joined until they end.
-func (hc *h1conn) upgrade(b *backend, set *endpointSet, a *attempt) bool {
-	req := &hc.req
-	if req.contentLength > 0 || req.chunked {
+func (hc *h1conn) upgrade(rt *route, set *endpointSet, a *attempt) bool {
+	b := rt.backend
+	if hc.req.HasBody() {
 		return hc.errorResponse(400, true)
 	}
 	var uc *upConn
@@ -455,11 +541,11 @@ func (hc *h1conn) upgrade(b *backend, set *endpointSet, a *attempt) bool {
 		}
 		a.tried(ep)
 		var err error
-		if uc, err = ep.conn(context.Background(), b, true, false); err == nil {
+		if uc, err = ep.conn(context.Background(), b, true); err == nil {
 			break
 		}
 	}
-	err := hc.sendRequest(uc, true)
+	err := hc.sendRequest(uc, rt)
 	if err == nil {
 		err = hc.readResponseHead(uc)
 	}
@@ -467,23 +553,12 @@ func (hc *h1conn) upgrade(b *backend, set *endpointSet, a *attempt) bool {
 		uc.c.Close()
 		return hc.errorResponse(502, true)
 	}
-	if hc.resp.status != 101 {
-		hc.resp.close = true // not kept: it was dialled for the upgrade
+	if hc.resp.Status != 101 {
+		hc.resp.Close = true // not kept: it was dialled for the upgrade
 		return hc.forwardResponse(uc)
 	}
-	w := hc.bw
-	w.WriteString("HTTP/1.1 ")
-	w.Write(hc.resp.statusLine)
-	w.Write(crlf)
-	for _, h := range hc.resp.headers {
-		if isHopByHop(h.name, hc.resp.hopByHop) && !eqFold(h.name, "upgrade") {
-			continue
-		}
-		w.Write(h.line)
-		w.Write(crlf)
-	}
-	w.WriteString("Connection: Upgrade\r\n\r\n")
-	if err := w.Flush(); err != nil {
+	hc.resp.WriteHead(hc.bw, &h1.ResponseOut{Body: h1.Framing{Length: -1}, Connection: "Upgrade"})
+	if err := hc.bw.Flush(); err != nil {
 		uc.c.Close()
 		return false
 	}
@@ -494,12 +569,68 @@ func (hc *h1conn) upgrade(b *backend, set *endpointSet, a *attempt) bool {
 	return false
 }
 
+// cookieValue returns the value of the request's cookie named name, or
+// nil.
+func cookieValue(req *h1.Request, name string) []byte {
+	for i := range req.Fields {
+		f := &req.Fields[i]
+		if !h1.EqualFold(f.Name, "cookie") {
+			continue
+		}
+		v := f.Value
+		for len(v) > 0 {
+			var pair []byte
+			if i := bytes.IndexByte(v, ';'); i >= 0 {
+				pair, v = v[:i], v[i+1:]
+			} else {
+				pair, v = v, nil
+			}
+			pair = bytes.TrimLeft(pair, " \t")
+			if len(pair) > len(name) && pair[len(name)] == '=' && string(pair[:len(name)]) == name {
+				return pair[len(name)+1:]
+			}
+		}
+	}
+	return nil
+}
+
+// countWriter writes to a connection and counts the bytes, so that a
+// response that fails can tell whether any of it reached the client.
+type countWriter struct {
+	c net.Conn
+	n int64
+}
+
+func (w *countWriter) Write(p []byte) (int, error) {
+	n, err := w.c.Write(p)
+	w.n += int64(n)
+	return n, err
+}
+
+// memWriter is an h1.Writer into memory, for bodies read ahead.
+type memWriter struct{ b []byte }
+
+func (m *memWriter) Write(p []byte) (int, error) {
+	m.b = append(m.b, p...)
+	return len(p), nil
+}
+
+func (m *memWriter) Flush() error { return nil }
+
+// reset empties m, keeping a small buffer for the next body.
+func (m *memWriter) reset() {
+	if cap(m.b) > 64<<10 {
+		m.b = nil
+	}
+	m.b = m.b[:0]
+}
+
 // errorResponse answers with a short error and reports whether the
 // connection may go on (not when closing, or a request body is unread).
 func (hc *h1conn) errorResponse(status int, closeConn bool) bool {
 	p := hc.f.p
 	p.stats.errors.Add(1)
-	closeConn = closeConn || p.draining.Load() || hc.req.close
+	closeConn = closeConn || p.draining.Load() || hc.req.Close
 	text := statusText[status]
 	w := hc.bw
 	extendWriteDeadline(hc.c, &hc.wdl, time.Now(), upstreamTimeout)
@@ -524,8 +655,11 @@ func (hc *h1conn) errorResponse(status int, closeConn bool) bool {
 var statusText = map[int]string{
 	400: "Bad Request",
 	404: "Not Found",
+	405: "Method Not Allowed",
+	413: "Content Too Large",
 	408: "Request Timeout",
 	431: "Request Header Fields Too Large",
+	501: "Not Implemented",
 	502: "Bad Gateway",
 	503: "Service Unavailable",
 	504: "Gateway Timeout",
@@ -535,13 +669,12 @@ var statusText = map[int]string{
 // headError answers a request head that could not be read, where an answer
 // makes sense, before the connection closes.
 func (hc *h1conn) headError(err error) {
+	var he *h1.Error
 	switch {
 	case hc.c == nil:
-	case errors.Is(err, errHeadTooLarge):
-		hc.errorResponse(431, true)
-	case errors.Is(err, errMalformed):
-		hc.errorResponse(400, true)
-	case isTimeout(err) && len(hc.rd.buffered()) > 0:
+	case errors.As(err, &he):
+		hc.refuse(err)
+	case isTimeout(err) && len(hc.rd.Buffered()) > 0:
 		hc.errorResponse(408, true)
 	}
 }
@@ -554,7 +687,7 @@ func (hc *h1conn) finish() {
 		// Closing with unread input resets the connection, which can
 		// destroy the last response before the client reads it: then
 		// close our side, and read until the client closes its own.
-		if len(hc.rd.buffered()) > 0 || pendingInput(hc.c) {
+		if len(hc.rd.Buffered()) > 0 || pendingInput(hc.c) {
 			if cw, ok := hc.c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
 				hc.c.SetReadDeadline(time.Now().Add(lingerTimeout))
 				io.Copy(io.Discard, hc.c)

@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/baton-proxy/baton/proxy/h1"
 	"go.uber.org/zap"
 )
 
@@ -55,12 +57,13 @@ func (f *httpFrontend) serve(lns []net.Listener) {
 func (f *httpFrontend) newConn(c net.Conn) *h1conn {
 	hc, _ := f.pool.Get().(*h1conn)
 	if hc == nil {
-		hc = &h1conn{f: f, rd: newReader(c, f.p.cfg.HTTP.MaxHeaderBytes), bw: bufio.NewWriterSize(c, writeBufSize)}
+		hc = &h1conn{f: f, rd: h1.NewReader(c, f.p.cfg.HTTP.MaxHeaderBytes)}
+		hc.bw = bufio.NewWriterSize(&hc.cw, writeBufSize)
 	} else {
-		hc.rd.reset(c)
-		hc.bw.Reset(c)
+		hc.rd.Reset(c)
+		hc.bw.Reset(&hc.cw)
 	}
-	hc.c = c
+	hc.c, hc.cw.c = c, c
 	hc.wdl = time.Time{}
 	hc.state.Store(connActive)
 	hc.client = hc.client[:0]
@@ -79,10 +82,10 @@ func (f *httpFrontend) forget(hc *h1conn) {
 	delete(f.live, hc)
 	f.mu.Unlock()
 	f.p.stats.conns.Add(-1)
-	if len(hc.rd.buf) == readBufSize { // keep only small buffers
-		hc.c = nil
-		hc.rd.reset(nil)
-		hc.bw.Reset(nil)
+	if hc.rd.Small() { // keep only small buffers
+		hc.c, hc.cw.c = nil, nil
+		hc.rd.Reset(nil)
+		hc.bw.Reset(&hc.cw)
 		f.pool.Put(hc)
 	}
 	f.conns.Done()
@@ -201,15 +204,42 @@ func (s *h2Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.inflight.Add(1)
 	defer f.inflight.Done()
 	f.p.stats.requests.Add(1)
-	path := r.RequestURI
-	if i := strings.IndexByte(path, '?'); i >= 0 {
-		path = path[:i]
+	// The same path rules as HTTP/1.1 (docs/security.md): routes match the
+	// normalised path, and the backend receives it.
+	path, _, _ := strings.Cut(r.RequestURI, "?")
+	if !strings.HasPrefix(path, "/") {
+		f.p.stats.errors.Add(1)
+		http.Error(w, "baton: Bad Request", http.StatusBadRequest)
+		return
 	}
-	rt := f.p.router.match(f.name, r.Host, path)
+	norm, err := h1.NormalizePath(nil, []byte(path))
+	if err != nil {
+		f.p.stats.errors.Add(1)
+		http.Error(w, "baton: Bad Request", http.StatusBadRequest)
+		return
+	}
+	if string(norm) != path {
+		u := *r.URL
+		u.RawPath = string(norm)
+		if u.Path, err = url.PathUnescape(u.RawPath); err != nil {
+			http.Error(w, "baton: Bad Request", http.StatusBadRequest)
+			return
+		}
+		r.URL = &u
+	}
+	rt := f.p.router.match(f.name, r.Host, string(norm))
 	if rt == nil {
 		f.p.stats.errors.Add(1)
 		http.Error(w, "baton: Not Found", http.StatusNotFound)
 		return
+	}
+	if rt.maxBody > 0 {
+		if r.ContentLength > rt.maxBody {
+			f.p.stats.errors.Add(1)
+			http.Error(w, "baton: Content Too Large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, rt.maxBody)
 	}
 	rt.backend.requests.Add(1)
 	rt.backend.proxy.ServeHTTP(w, r)
@@ -242,6 +272,8 @@ func (p *Proxy) newReverseProxy(b *backend) *httputil.ReverseProxy {
 				status = http.StatusGatewayTimeout
 			case errors.Is(err, errNoEndpoint):
 				status = http.StatusServiceUnavailable
+			case errors.As(err, new(*http.MaxBytesError)):
+				status = http.StatusRequestEntityTooLarge
 			}
 			if r.Context().Err() == nil {
 				p.log.Debug("upstream error", zap.String("backend", b.name), zap.Error(err))

@@ -33,8 +33,10 @@ type wildcard struct {
 type route struct {
 	host    string
 	prefix  string
-	bprefix []byte // prefix, for matching raw request paths
+	bprefix []byte // prefix, for matching request paths parsed in place
 	backend *backend
+	maxBody int64 // request body limit; 0: none
+	buffer  int64 // request bodies up to this size are read ahead
 }
 
 func newRouter(cfg *config.Config, backends map[string]*backend) *router {
@@ -45,7 +47,10 @@ func newRouter(cfg *config.Config, backends map[string]*backend) *router {
 			t = &hostTable{exact: make(map[string][]*route)}
 			r.listeners[rc.Listener] = t
 		}
-		rt := &route{host: strings.ToLower(rc.Host), prefix: rc.PathPrefix, bprefix: []byte(rc.PathPrefix), backend: backends[rc.Backend]}
+		rt := &route{
+			host: strings.ToLower(rc.Host), prefix: rc.PathPrefix, bprefix: []byte(rc.PathPrefix), backend: backends[rc.Backend],
+			maxBody: int64(rc.MaxBodySize), buffer: int64(rc.BufferRequestBody),
+		}
 		switch {
 		case rt.host == "":
 			t.any = append(t.any, rt)

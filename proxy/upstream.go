@@ -9,18 +9,19 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/baton-proxy/baton/proxy/h1"
 	"golang.org/x/sys/unix"
 )
+
+// writeBufSize is the write buffer of client and upstream connections.
+const writeBufSize = 4 << 10
 
 // Upstream keep-alive settings.
 const (
 	// upstreamIdleTimeout closes pooled connections unused this long;
 	// below the common backend keep-alive timeouts (Go, nginx: 60s+) but
-	// not Node's 5s, which the staleness check covers.
+	// not Node's 5s, which the peek before every reuse covers.
 	upstreamIdleTimeout = 30 * time.Second
-	// staleCheckAfter: a pooled connection idle longer than this is probed
-	// (a non-blocking peek) before use, in case the backend closed it.
-	staleCheckAfter = time.Second
 	// upstreamTimeout bounds waiting for an upstream read or write.
 	upstreamTimeout = 60 * time.Second
 )
@@ -28,7 +29,7 @@ const (
 // upConn is one connection to a backend address, with its buffers.
 type upConn struct {
 	c       net.Conn
-	rd      *reader
+	rd      *h1.Reader
 	bw      *bufio.Writer
 	pool    *addrPool
 	created time.Time
@@ -66,16 +67,16 @@ func (p *addrPool) retire() {
 	p.closeIdle()
 }
 
-// get returns an idle connection that still looks alive, or nil. With
-// check it always probes the connection first: a request that cannot be
-// sent again (a POST) must not go out on a connection the backend has
-// just closed.
-func (p *addrPool) get(now time.Time, check bool) *upConn {
+// get returns an idle connection that is still clean, or nil. Each is
+// peeked at first (a non-blocking read): one that has reached EOF, or has
+// bytes that no request asked for (a backend's stray or smuggled
+// response), is closed, never used: those bytes would become the next
+// client's response.
+func (p *addrPool) get(now time.Time) *upConn {
 	for {
 		select {
 		case uc := <-p.idle:
-			idle := now.Sub(uc.idle)
-			if idle > upstreamIdleTimeout || ((check || idle > staleCheckAfter) && !alive(uc.c)) {
+			if now.Sub(uc.idle) > upstreamIdleTimeout || !alive(uc.c) {
 				uc.c.Close()
 				continue
 			}
@@ -122,7 +123,7 @@ func (p *addrPool) dial(ctx context.Context, d *net.Dialer, headMax int) (*upCon
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	return &upConn{c: c, rd: newReader(c, headMax), bw: bufio.NewWriterSize(c, writeBufSize), pool: p, created: time.Now()}, nil
+	return &upConn{c: c, rd: h1.NewReader(c, headMax), bw: bufio.NewWriterSize(c, writeBufSize), pool: p, created: time.Now()}, nil
 }
 
 // alive peeks at an idle connection without blocking: an idle upstream

@@ -104,6 +104,9 @@ type HTTP struct {
 	DrainIdleGrace Duration `json:"drainIdleGrace,omitempty"`
 	// MaxHeaderBytes bounds a request's headers.
 	MaxHeaderBytes int `json:"maxHeaderBytes,omitempty"`
+	// MaxBodySize bounds a request body, for routes that do not set
+	// their own: a larger one is answered 413. 0: no limit.
+	MaxBodySize Size `json:"maxBodySize,omitempty"`
 }
 
 // Listener is one listening address.
@@ -188,7 +191,21 @@ type Route struct {
 	Host       string `json:"host,omitempty"`
 	PathPrefix string `json:"pathPrefix,omitempty"`
 	Backend    string `json:"backend"`
+	// MaxBodySize bounds a request body on this route (413 above it).
+	// Default: http.maxBodySize.
+	MaxBodySize Size `json:"maxBodySize,omitempty"`
+	// BufferRequestBody reads request bodies up to this size whole before
+	// a backend is chosen (nginx's proxy_request_buffering), so that a slow
+	// client holds no backend connection; they reach the backend with a
+	// Content-Length. A larger body is streamed as it comes (set
+	// maxBodySize to the same size to refuse it instead). 0: stream every
+	// body.
+	BufferRequestBody Size `json:"bufferRequestBody,omitempty"`
 }
+
+// MaxBufferRequestBody bounds a route's bufferRequestBody: each client
+// connection may hold that much memory.
+const MaxBufferRequestBody = 64 << 20
 
 // Load reads, parses, defaults and validates the file at path.
 func Load(path string) (*Config, error) {
@@ -289,6 +306,9 @@ func (c *Config) setDefaults() {
 		r := &c.Routes[i]
 		if r.PathPrefix == "" && c.protocolOf(r.Listener) == ProtocolHTTP {
 			r.PathPrefix = "/"
+		}
+		if r.MaxBodySize == 0 {
+			r.MaxBodySize = c.HTTP.MaxBodySize
 		}
 	}
 }

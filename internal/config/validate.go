@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/baton-proxy/baton/proxy/h1"
 )
 
 // Validate checks c and returns every problem found, joined, each wrapping
@@ -156,8 +158,8 @@ func (c *Config) Validate() error {
 			routed[r.Listener]++
 			switch l.Protocol {
 			case ProtocolTCP:
-				if r.Host != "" || r.PathPrefix != "" {
-					bad("%s: listener %q is tcp: host and pathPrefix do not apply", where, r.Listener)
+				if r.Host != "" || r.PathPrefix != "" || r.BufferRequestBody != 0 {
+					bad("%s: listener %q is tcp: host, pathPrefix and bufferRequestBody do not apply", where, r.Listener)
 				}
 				if routed[r.Listener] > 1 {
 					bad("%s: listener %q is tcp and already has a route", where, r.Listener)
@@ -165,6 +167,13 @@ func (c *Config) Validate() error {
 			case ProtocolHTTP:
 				if !strings.HasPrefix(r.PathPrefix, "/") {
 					bad("%s: pathPrefix must start with /, not %q", where, r.PathPrefix)
+				} else if n, err := h1.NormalizePath(nil, []byte(r.PathPrefix)); err != nil || string(n) != r.PathPrefix {
+					// Requests are matched in normalised form: a prefix
+					// in any other form would never match.
+					bad("%s: pathPrefix %q is not in normal form (write %q: no dot-segments, unreserved characters unescaped, hex in upper case)", where, r.PathPrefix, n)
+				}
+				if r.BufferRequestBody > MaxBufferRequestBody {
+					bad("%s: bufferRequestBody must be at most %s, not %s", where, Size(MaxBufferRequestBody), r.BufferRequestBody)
 				}
 				if err := checkHost(r.Host); err != nil {
 					bad("%s: host %q: %v", where, r.Host, err)

@@ -178,20 +178,23 @@ func parseLength(b []byte) (int64, bool) {
 	return n, true
 }
 
-// parseTransferEncoding checks a Transfer-Encoding value: exactly
-// "chunked" is the one coding baton relays. A list whose final coding is
-// chunked asks for codings baton does not implement (501, RFC 9112 §6.1);
-// any other list leaves the length unknowable (400, RFC 9112 §6.3).
+// parseTransferEncoding checks a Transfer-Encoding value: exactly the
+// coding "chunked" (empty list elements aside, RFC 9110 §5.6.1.2) is the
+// one baton relays. A list whose final coding is chunked asks for codings
+// baton does not implement (501, RFC 9112 §6.1); any other list leaves the
+// length unknowable (400, RFC 9112 §6.3).
 func parseTransferEncoding(v []byte) error {
-	if EqualFold(v, "chunked") {
-		return nil
-	}
-	last := v
-	if i := bytes.LastIndexByte(v, ','); i >= 0 {
-		last = trimOWS(v[i+1:])
-	}
-	if EqualFold(last, "chunked") {
+	n := 0
+	var last []byte
+	forList(v, func(el []byte) {
+		n++
+		last = el
+	})
+	switch {
+	case !EqualFold(last, "chunked"):
+		return errTENotChunked
+	case n > 1:
 		return errTEUnsupported
 	}
-	return errTENotChunked
+	return nil
 }

@@ -112,6 +112,7 @@ func TestRequestRules(t *testing.T) {
 		{"TE with VT", "defparam/smuggler (vertical tab)", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\x0bchunked\r\n\r\n", 400},
 		{"TE name with space", "defparam/smuggler", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding : chunked\r\n\r\n", 400},
 		{"TE in HTTP/1.0", "RFC 9112 §6.1", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+		{"TE with empty elements", "RFC 9110 §5.6.1.2", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: , chunked,\r\n\r\n", 0},
 		{"TE empty", "RFC 9112 §6.3 (4)", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n\r\n", 400},
 
 		{"16 Connection names", "issue 7 class 5 (linear filtering)", "GET / HTTP/1.1\r\nHost: a\r\nConnection: " + names(16) + "\r\n\r\n", 0},
@@ -201,7 +202,7 @@ func TestRequestMeaning(t *testing.T) {
 			name: "HTTP/1.0 closes; no Host", source: "RFC 9112 §9.3",
 			in:   "GET / HTTP/1.0\r\n\r\n",
 			path: "/", length: -1, close: true,
-			forward: "GET / HTTP/1.1\r\nHost: \r\nX-Forwarded-For: 192.0.2.1\r\nX-Forwarded-Proto: http\r\n\r\n",
+			forward: "GET / HTTP/1.1\r\nHost: 10.0.0.1:80\r\nX-Forwarded-For: 192.0.2.1\r\nX-Forwarded-Proto: http\r\n\r\n",
 		},
 		{
 			name: "Expect answered here, not forwarded", source: "RFC 9110 §10.1.1",
@@ -221,7 +222,7 @@ func TestRequestMeaning(t *testing.T) {
 			}
 			var buf bytes.Buffer
 			w := bufio.NewWriter(&buf)
-			r.WriteHead(w, Framing{Length: r.ContentLength, Chunked: r.Chunked}, &Forwarded{For: []byte("192.0.2.1"), Proto: "http"})
+			r.WriteHead(w, Framing{Length: r.ContentLength, Chunked: r.Chunked}, &Forwarded{For: []byte("192.0.2.1"), Proto: "http", Host: "10.0.0.1:80"})
 			w.Flush()
 			if buf.String() != tc.forward {
 				t.Errorf("forwarded\n%q\nwant\n%q", buf.String(), tc.forward)

@@ -19,10 +19,15 @@ type Forwarded struct {
 	For []byte
 	// Proto is the scheme the client used, sent as X-Forwarded-Proto.
 	Proto string
+	// Host is sent as Host when the request named no authority (an
+	// HTTP/1.0 request without Host): the upstream's address, as nginx's
+	// $proxy_host.
+	Host string
 }
 
 // WriteHead writes the head of r as baton forwards it: the request line
-// in origin-form with the normalised path, Host from r.Authority, the
+// in origin-form with the normalised path, Host from r.Authority (or
+// fwd.Host when that is empty), the
 // fields but hop-by-hop and framing ones, X-Forwarded-For (the client's
 // chain, then fwd.For), X-Forwarded-Proto and X-Forwarded-Host, the
 // framing of body, and the protocol switch when r asks for one. Nothing
@@ -33,7 +38,11 @@ func (r *Request) WriteHead(w *bufio.Writer, body Framing, fwd *Forwarded) {
 	w.Write(r.Path)
 	w.Write(r.Query)
 	w.WriteString(" HTTP/1.1\r\nHost: ")
-	w.Write(r.Authority)
+	if len(r.Authority) > 0 {
+		w.Write(r.Authority)
+	} else {
+		w.WriteString(fwd.Host)
+	}
 	w.Write(crlf)
 	xff := false
 	for i := range r.Fields {
