@@ -184,14 +184,18 @@ func parseLength(b []byte) (int64, bool) {
 // baton does not implement (501, RFC 9112 §6.1); any other list leaves the
 // length unknowable (400, RFC 9112 §6.3).
 func parseTransferEncoding(v []byte) error {
-	n := 0
+	n, chunked := 0, 0
 	var last []byte
 	forList(v, func(el []byte) {
 		n++
 		last = el
+		if EqualFold(el, "chunked") {
+			chunked++
+		}
 	})
 	switch {
-	case !EqualFold(last, "chunked"):
+	case !EqualFold(last, "chunked") || chunked > 1:
+		// Not last, or applied twice (RFC 9112 §7.1: MUST NOT).
 		return errTENotChunked
 	case n > 1:
 		return errTEUnsupported

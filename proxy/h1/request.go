@@ -34,7 +34,7 @@ type Request struct {
 
 	asterisk, absolute bool
 	conn               connection
-	pathBuf            []byte
+	pathBuf, queryBuf  []byte
 }
 
 // HasBody reports whether the request has a body.
@@ -64,7 +64,7 @@ func (r *Request) Field(name string) []byte {
 // 9112; see docs/security.md for each rule and its source. An error is an
 // *Error whose Status is the answer the request gets.
 func (r *Request) Parse(head []byte) error {
-	*r = Request{Fields: r.Fields[:0], conn: r.conn, pathBuf: r.pathBuf, ContentLength: -1}
+	*r = Request{Fields: r.Fields[:0], conn: r.conn, pathBuf: r.pathBuf, queryBuf: r.queryBuf, ContentLength: -1}
 	r.conn.reset()
 	line, rest, ok := nextLine(head)
 	if !ok {
@@ -81,7 +81,9 @@ func (r *Request) Parse(head []byte) error {
 	hasHost := false
 	for i := range r.Fields {
 		f := &r.Fields[i]
-		if isHopByHop(f.Name) {
+		if isHopByHop(f.Name) || bytes.IndexByte(f.Name, '_') >= 0 {
+			// A name with '_' is dropped, as nginx does by default: CGI-
+			// style backends read X_Forwarded_For as X-Forwarded-For.
 			f.drop = true
 		}
 		switch len(f.Name) {

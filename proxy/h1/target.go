@@ -17,7 +17,7 @@ func (r *Request) parseTarget(t, method []byte) error {
 	// One pass checks the characters and notes whether the path may need
 	// normalising (a '%', a '\', or a '.' after a '/').
 	q := -1
-	special := false
+	special, nonASCII := false, false
 	for i, c := range t {
 		if !targetChars[c] {
 			return errTarget
@@ -27,15 +27,25 @@ func (r *Request) parseTarget(t, method []byte) error {
 			if q < 0 {
 				q = i
 			}
-		case '%', '\\':
+		case '%', '\\', ';':
 			special = special || q < 0
 		case '.':
 			special = special || (q < 0 && i > 0 && t[i-1] == '/')
+		default:
+			nonASCII = nonASCII || c >= 0x80
 		}
 	}
+	special = special || nonASCII
 	if q >= 0 {
 		r.Query = t[q:]
 		t = t[:q]
+		if nonASCII {
+			// Raw bytes above 0x7F are accepted, as nginx and net/http
+			// do, but forwarded percent-encoded: what the backend gets is
+			// a valid URI (RFC 3986 §2.1).
+			r.queryBuf = appendEscaped(r.queryBuf[:0], r.Query)
+			r.Query = r.queryBuf
+		}
 	}
 	switch {
 	case len(t) > 0 && t[0] == '/':
@@ -98,11 +108,11 @@ var slash = []byte("/")
 // validHost reports whether h is a valid uri-host [ ":" port ] (RFC 3986
 // §3.2.2): an IPv6 literal in brackets, or a reg-name or IPv4 address
 // without percent-encoding (real clients send IDNs in punycode), with an
-// optional port of up to 5 digits. The empty host is valid (RFC 9112
-// §3.2: a target without authority has an empty Host).
+// optional port of up to 5 digits. An empty host is not valid: every
+// http URI has an authority (RFC 9110 §4.2.1), and nginx refuses it too.
 func validHost(h []byte) bool {
 	if len(h) == 0 {
-		return true
+		return false
 	}
 	var port []byte
 	if h[0] == '[' {
@@ -152,17 +162,22 @@ func validHost(h []byte) bool {
 
 // NormalizePath appends to dst the normalised form of the path p (which
 // starts with '/', and whose characters are already checked): percent-
-// encoded unreserved characters decoded and other escapes in upper case
-// (RFC 3986 §6.2.2), dot-segments removed (§5.2.4). It refuses an invalid
-// or NUL escape, a path that climbs above the root, and a "." or ".."
-// hidden between encoded slashes or backslashes ("/a%2F..%2Fb", "/a\..\b"),
-// which a backend that decodes them would resolve outside the route that
-// matched. Empty segments are kept.
+// encoded unreserved characters decoded, other escapes in upper case
+// (RFC 3986 §6.2.2), bytes above 0x7F percent-encoded, dot-segments removed
+// (§5.2.4). It refuses an invalid or NUL escape, a path that climbs above
+// the root, and a "." or ".." hidden behind an encoded slash, a backslash
+// or a path parameter ("/a%2F..%2Fb", "/a\..\b", "/a/..;/b"), which a
+// backend that decodes them (or Tomcat, which strips ";...") would resolve
+// outside the route that matched. Empty segments are kept.
 func NormalizePath(dst, p []byte) ([]byte, error) {
 	start := len(dst)
 	// Decode.
 	for i := 0; i < len(p); i++ {
 		c := p[i]
+		if c >= 0x80 {
+			dst = append(dst, '%', upperHex[c>>4], upperHex[c&15])
+			continue
+		}
 		if c != '%' {
 			dst = append(dst, c)
 			continue
@@ -229,11 +244,12 @@ func NormalizePath(dst, p []byte) ([]byte, error) {
 
 const upperHex = "0123456789ABCDEF"
 
-// hiddenDots reports whether a segment holds "." or ".." between
-// backslashes or encoded slashes and backslashes (%2F, %5C; upper case by
-// now).
+// hiddenDots reports whether a segment holds "." or ".." as a piece
+// between separators that some backends honour and RFC 3986 does not: a
+// backslash, an encoded slash or backslash (%2F, %5C; upper case by now),
+// or the ';' that starts a path parameter (Tomcat, Jetty: "..;").
 func hiddenDots(seg []byte) bool {
-	if bytes.IndexByte(seg, '\\') < 0 && bytes.IndexByte(seg, '%') < 0 {
+	if bytes.IndexByte(seg, '\\') < 0 && bytes.IndexByte(seg, '%') < 0 && bytes.IndexByte(seg, ';') < 0 {
 		return false
 	}
 	found, separated := false, false
@@ -247,7 +263,7 @@ func hiddenDots(seg []byte) bool {
 	for i := 0; i < len(seg); i++ {
 		n := 0
 		switch {
-		case seg[i] == '\\':
+		case seg[i] == '\\' || seg[i] == ';':
 			n = 1
 		case seg[i] == '%' && i+2 < len(seg) && (seg[i+1] == '2' && seg[i+2] == 'F' || seg[i+1] == '5' && seg[i+2] == 'C'):
 			n = 3
@@ -261,4 +277,17 @@ func hiddenDots(seg []byte) bool {
 	}
 	check(len(seg))
 	return separated && found
+}
+
+// appendEscaped appends b to dst with every byte above 0x7F
+// percent-encoded.
+func appendEscaped(dst, b []byte) []byte {
+	for _, c := range b {
+		if c >= 0x80 {
+			dst = append(dst, '%', upperHex[c>>4], upperHex[c&15])
+		} else {
+			dst = append(dst, c)
+		}
+	}
+	return dst
 }
