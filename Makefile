@@ -20,12 +20,17 @@ build:
 run: build
 	./scripts/run-example.sh
 
-# Every test, with the race detector: unit tests, a short fuzz of the ipc
-# decoder, and the integration tests that run the real binary (the
+# The fuzzers, by package: the ipc decoder, and the HTTP/1.1 parsers
+# differentially against net/http (docs/security.md).
+FUZZERS := ./ipc:FuzzDecode ./proxy/h1:FuzzRequest ./proxy/h1:FuzzResponse
+FUZZTIME ?= 10m
+
+# Every test, with the race detector: unit tests, a short run of each
+# fuzzer, and the integration tests that run the real binary (the
 # Kubernetes ones against a real kube-apiserver and etcd, built once).
 test: vet fmt-check kubebin
 	$(GO) test -race -count=1 -timeout 14m ./...
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 10s ./ipc
+	$(MAKE) --no-print-directory fuzz FUZZTIME=10s
 
 # kube-apiserver and etcd for the Kubernetes integration tests, built from
 # the Go module proxy into .cache/kubebin when missing.
@@ -39,8 +44,13 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# Each fuzzer for FUZZTIME (make fuzz FUZZTIME=1h); what they find is
+# written to the package's testdata/fuzz and replayed by every go test.
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 2m ./ipc
+	@for f in $(FUZZERS); do \
+	  echo "fuzz $${f#*:} ($${f%%:*}) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$${f#*:}\$$" -fuzztime $(FUZZTIME) "$${f%%:*}" || exit 1; \
+	done
 
 # Side by side with nginx and HAProxy (installed from Debian's packages when
 # missing); writes docs/benchmarks.md. BENCH_QUICK=1 for a short run.

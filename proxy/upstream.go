@@ -3,11 +3,11 @@ package proxy
 import (
 	"bufio"
 	"context"
-	"errors"
 	"net"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/baton-proxy/baton/proxy/h1"
 	"golang.org/x/sys/unix"
@@ -36,6 +36,7 @@ type upConn struct {
 	idle    time.Time // when it was put back
 	reuse   bool      // it served a request before this one
 	wdl     time.Time // the write deadline last set
+	fd      int       // c's descriptor, for alive; -1 when it has none
 }
 
 // extendWriteDeadline is reader.extendDeadline for writes.
@@ -76,7 +77,7 @@ func (p *addrPool) get(now time.Time) *upConn {
 	for {
 		select {
 		case uc := <-p.idle:
-			if now.Sub(uc.idle) > upstreamIdleTimeout || !alive(uc.c) {
+			if now.Sub(uc.idle) > upstreamIdleTimeout || !uc.alive() {
 				uc.c.Close()
 				continue
 			}
@@ -123,27 +124,36 @@ func (p *addrPool) dial(ctx context.Context, d *net.Dialer, headMax int) (*upCon
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	return &upConn{c: c, rd: h1.NewReader(c, headMax), bw: bufio.NewWriterSize(c, writeBufSize), pool: p, created: time.Now()}, nil
+	return &upConn{c: c, rd: h1.NewReader(c, headMax), bw: bufio.NewWriterSize(c, writeBufSize), pool: p, created: time.Now(), fd: peekFD(c)}, nil
 }
 
-// alive peeks at an idle connection without blocking: an idle upstream
-// connection has nothing to say, so EOF or data means it is unusable.
-func alive(c net.Conn) bool {
+// peekFD returns c's descriptor, for alive, or -1. The descriptor is
+// valid while c is open, and an upConn is closed only by its owner, which
+// is also the only one to peek at it.
+func peekFD(c net.Conn) int {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return true
+		return -1
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		return -1
 	}
-	ok = false
-	rc.Control(func(fd uintptr) {
-		var b [1]byte
-		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		ok = n < 0 && errors.Is(err, unix.EAGAIN)
-	})
-	return ok
+	fd := -1
+	rc.Control(func(f uintptr) { fd = int(f) })
+	return fd
+}
+
+// alive peeks at an idle connection without blocking: an idle upstream
+// connection has nothing to say, so EOF or data means it is unusable. One
+// recvfrom, without allocating: it runs before every reuse.
+func (uc *upConn) alive() bool {
+	if uc.fd < 0 {
+		return true
+	}
+	var b [1]byte
+	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(uc.fd), uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	return errno == unix.EAGAIN
 }
 
 // pendingInput reports whether a client connection has bytes waiting in the

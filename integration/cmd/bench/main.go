@@ -57,6 +57,7 @@ func main() {
 	bin := flag.String("bin", "bin", "folder with baton and loadgen")
 	quick := flag.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "a short run (BENCH_QUICK=1)")
 	only := flag.String("targets", "direct,baton,nginx,haproxy", "targets to measure")
+	speedOnly := flag.Bool("speed-only", false, "measure throughput and latency only (for profiling; the report lacks the rest)")
 	flag.Parse()
 
 	s := settings{HandoffRun: 40 * time.Second, ReloadEvery: 400 * time.Millisecond, ThroughputRun: 10 * time.Second, SpeedRounds: 2,
@@ -94,9 +95,11 @@ func main() {
 		}
 	}
 	for _, name := range names {
-		r.measureTarget(name)
+		if !*speedOnly {
+			r.measureTarget(name)
+		}
 	}
-	if strings.Contains(*only, "baton") {
+	if strings.Contains(*only, "baton") && !*speedOnly {
 		r.timeline()
 	}
 	b, _ := json.MarshalIndent(r.res, "", "  ")
