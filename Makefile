@@ -49,7 +49,7 @@ fmt-check:
 fuzz:
 	@for f in $(FUZZERS); do \
 	  echo "fuzz $${f#*:} ($${f%%:*}) for $(FUZZTIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$${f#*:}\$$" -fuzztime $(FUZZTIME) "$${f%%:*}" || exit 1; \
+	  $(GO) test -run '^$$' -fuzz "^$${f#*:}\$$" -fuzztime $(FUZZTIME) -timeout 0 "$${f%%:*}" || exit 1; \
 	done
 
 # Side by side with nginx and HAProxy (installed from Debian's packages when
