@@ -67,6 +67,12 @@ func TestInvalidConfigIsRefused(t *testing.T) {
 	if h.Outcome != supervisor.OutcomeRefused || !strings.Contains(h.Reason, `backend "nope" is not defined`) {
 		t.Errorf("SIGHUP with a bad route: %s %q, want refused naming the backend", h.Outcome, h.Reason)
 	}
+	// Moving the control socket would strand every --config client
+	// (issue 8, problem 6): refused, with the reason.
+	b.WriteConfig(strings.Replace(good, "@DIR@/run/control.sock", "@DIR@/elsewhere/control.sock", 1))
+	if out, err := b.Ctl("reload"); err == nil || !strings.Contains(out, "controlSocket changes only at a restart") {
+		t.Errorf("reload moving the control socket: err %v, output %q; want it refused with the reason", err, out)
+	}
 	after := b.Status()
 	if after.ActiveGeneration != before.ActiveGeneration {
 		t.Errorf("active generation %d -> %d after refused reloads", before.ActiveGeneration, after.ActiveGeneration)

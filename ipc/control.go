@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Call sends one request to the control socket at path and returns the
@@ -17,6 +20,13 @@ func Call(ctx context.Context, path string, req Request) (*Response, error) {
 		return nil, fmt.Errorf("control socket %s: %w (is baton running?)", path, err)
 	}
 	defer c.Close()
+	// Only baton's own uid (or root) may answer for it: a socket another
+	// user swapped in could report a reload that never happened.
+	if uid, err := PeerUID(c.(*net.UnixConn)); err != nil {
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	} else if uid != os.Geteuid() && uid != 0 {
+		return nil, fmt.Errorf("control socket %s is served by uid %d, not this user (%d) or root: not trusting it", path, uid, os.Geteuid())
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
@@ -40,4 +50,24 @@ func Call(ctx context.Context, path string, req Request) (*Response, error) {
 		return nil, err
 	}
 	return &resp, nil
+}
+
+// PeerUID returns the uid of the process at the other end of c
+// (SO_PEERCRED).
+func PeerUID(c *net.UnixConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return -1, err
+	}
+	if cerr != nil {
+		return -1, fmt.Errorf("peer credentials: %w", cerr)
+	}
+	return int(cred.Uid), nil
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/baton-proxy/baton/ipc"
@@ -27,14 +28,19 @@ const (
 )
 
 // listenControl opens the control socket: mode 0600 in a directory created
-// 0700 when missing. A socket file left by a dead supervisor is replaced; a
-// live one is an error.
+// 0700 when missing. The directory must be baton's own and writable by no
+// one else, or another local user could swap the socket and answer for
+// baton. A socket file left by a dead supervisor is replaced; a live one is
+// an error.
 func listenControl(path string) (*net.UnixListener, error) {
 	dir := filepath.Dir(path)
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("control socket directory: %w", err)
 		}
+	}
+	if err := checkControlDir(dir); err != nil {
+		return nil, err
 	}
 	if c, err := net.Dial("unix", path); err == nil {
 		c.Close()
@@ -54,6 +60,25 @@ func listenControl(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	return ln, nil
+}
+
+// checkControlDir refuses a control socket directory that is not a
+// directory of baton's own uid, or that others may write to.
+func checkControlDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("control socket directory: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("control socket directory %s is not a directory (a symlink?): refusing it; remove it or set controlSocket elsewhere", dir)
+	case ok && int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("control socket directory %s is owned by uid %d, not baton's (%d): another user could replace the socket and answer for baton; remove it or set controlSocket elsewhere", dir, st.Uid, os.Geteuid())
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("control socket directory %s is writable by others (mode %04o): another user could replace the socket; chmod go-w it or set controlSocket elsewhere", dir, fi.Mode().Perm())
+	}
+	return nil
 }
 
 // serveControl answers control connections until ln is closed.
@@ -76,7 +101,7 @@ func (s *Supervisor) serveControl(ln *net.UnixListener) {
 func (s *Supervisor) serveControlConn(c *net.UnixConn) {
 	defer s.owned.Done()
 	defer c.Close()
-	uid, err := peerUID(c)
+	uid, err := ipc.PeerUID(c)
 	if err != nil || (uid != os.Geteuid() && uid != 0) {
 		s.log.Warn("control socket: peer refused", zap.Int("uid", uid), zap.Error(err))
 		writeResponse(c, ipc.Response{Error: "permission denied"})
@@ -142,23 +167,4 @@ func result(ok bool, errText string, v any) ipc.Response {
 func writeResponse(c net.Conn, r ipc.Response) {
 	c.SetWriteDeadline(time.Now().Add(requestTimeout))
 	ipc.WriteFrame(c, ipc.TypeResponse, r)
-}
-
-// peerUID returns the uid of the process at the other end of c.
-func peerUID(c *net.UnixConn) (int, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return -1, err
-	}
-	if cerr != nil {
-		return -1, cerr
-	}
-	return int(cred.Uid), nil
 }

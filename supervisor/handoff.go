@@ -1,11 +1,11 @@
 package supervisor
 
 import (
+	"fmt"
 	"os"
-
-	"github.com/baton-proxy/baton/ipc"
 	"time"
 
+	"github.com/baton-proxy/baton/ipc"
 	"go.uber.org/zap"
 )
 
@@ -99,8 +99,10 @@ func (s *Supervisor) runPending() {
 		return
 	}
 	if cfg.ControlSocket != st.cfg.ControlSocket {
-		s.log.Warn("controlSocket changes only at restart; keeping the current one", zap.String("current", st.cfg.ControlSocket), zap.String("new", cfg.ControlSocket))
-		cfg.ControlSocket = st.cfg.ControlSocket
+		// Moving it would strand every client that finds the socket
+		// through the config file (docs/operations.md says so too).
+		s.finishHandoff(h, OutcomeRefused, fmt.Sprintf("controlSocket changes only at a restart: it is %s, the config says %s", st.cfg.ControlSocket, cfg.ControlSocket))
+		return
 	}
 	s.startGeneration(cfg, h)
 }
