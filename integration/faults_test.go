@@ -1,12 +1,16 @@
 package integration
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestForeignControlDirIsRefused: a control socket directory that another
@@ -46,5 +50,52 @@ func TestForeignControlDirIsRefused(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(string(out), "owned by uid 65534") {
 		t.Fatalf("baton run: %v\n%s\nwant it refused, naming the owner", err, out)
+	}
+}
+
+// TestControlSocketOutlivesEMFILE runs the supervisor out of descriptors
+// while clients crowd its control socket: accepts fail with EMFILE, and
+// once descriptors are free again status answers (issue 8, problem 4: one
+// EMFILE used to end the control loop for good).
+func TestControlSocketOutlivesEMFILE(t *testing.T) {
+	be := startBackend(t)
+	b := startBaton(t, options{}.configYAML(be))
+	pid := b.Cmd.Process.Pid
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old unix.Rlimit
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
+		t.Fatal(err)
+	}
+	tight := unix.Rlimit{Cur: uint64(len(fds) + 2), Max: old.Max}
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &tight, nil); err != nil {
+		t.Fatal(err)
+	}
+	restore := func() { unix.Prlimit(pid, unix.RLIMIT_NOFILE, &old, nil) }
+	defer restore()
+	var crowd []net.Conn
+	for range 10 {
+		c, err := net.Dial("unix", b.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crowd = append(crowd, c)
+	}
+	waitFor(t, 20*time.Second, "the supervisor to hit EMFILE", func() bool {
+		return strings.Contains(b.Logs.String(), "too many open files")
+	})
+	for _, c := range crowd {
+		c.Close()
+	}
+	// Still at the tight limit: only the crowd's descriptors came back.
+	waitFor(t, 20*time.Second, "status after EMFILE", func() bool {
+		_, err := b.TryStatus()
+		return err == nil
+	})
+	restore()
+	if out, err := b.Ctl("reload"); err != nil {
+		t.Fatalf("reload after EMFILE: %v: %s", err, out)
 	}
 }

@@ -1,12 +1,10 @@
 package proxy
 
 import (
-	"errors"
 	"net"
 	"sync"
-	"time"
 
-	"go.uber.org/zap"
+	"github.com/baton-proxy/baton/internal/accept"
 )
 
 // acceptor runs a frontend's accept loops, one per listener, until the
@@ -36,21 +34,9 @@ func (a *acceptor) stop() {
 }
 
 func acceptLoop(p *Proxy, name string, ln net.Listener, handle func(net.Conn)) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			var ne net.Error
-			if !errors.As(err, &ne) || !ne.Timeout() {
-				p.log.Error("accept", zap.String("listener", name), zap.Error(err))
-				time.Sleep(10 * time.Millisecond) // EMFILE and the like
-			}
-			continue
-		}
+	accept.Loop(ln, p.log, name, func(c net.Conn) {
 		p.stats.accepted.Add(1)
 		p.stats.conns.Add(1)
 		handle(c)
-	}
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/accept"
 	"github.com/baton-proxy/baton/ipc"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -82,19 +83,14 @@ func checkControlDir(dir string) error {
 }
 
 // serveControl answers control connections until ln is closed.
+// A failed accept (out of descriptors) is retried: the control plane must
+// outlive it.
 func (s *Supervisor) serveControl(ln *net.UnixListener) {
 	defer s.owned.Done()
-	for {
-		c, err := ln.AcceptUnix()
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				s.log.Error("control socket accept", zap.Error(err))
-			}
-			return
-		}
+	accept.Loop(ln, s.log, "control", func(c net.Conn) {
 		s.owned.Add(1)
-		go s.serveControlConn(c)
-	}
+		go s.serveControlConn(c.(*net.UnixConn))
+	})
 }
 
 // serveControlConn answers one request from a peer of our own uid (or root).
