@@ -2,11 +2,15 @@ package integration
 
 import (
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,4 +102,128 @@ func TestControlSocketOutlivesEMFILE(t *testing.T) {
 	if out, err := b.Ctl("reload"); err != nil {
 		t.Fatalf("reload after EMFILE: %v: %s", err, out)
 	}
+}
+
+// blackhole returns a loopback address whose accept queue is full, so
+// that the kernel drops the SYNs of a new connection and a connect times
+// out.
+func blackhole(t *testing.T) string {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
+	for full := false; !full; {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			full = true
+			continue
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	return addr
+}
+
+// silentBackend accepts connections, reads, and never answers.
+func silentBackend(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestBackendTimeouts: a connect that times out is a 504 every time, a
+// refused one a 502, a backend silent past responseTimeout a 504; each
+// failure is logged once with its backend, endpoint and cause; and a pooled
+// connection idle past idleTimeout is closed (issue 8, problem 9).
+func TestBackendTimeouts(t *testing.T) {
+	refused := func() string {
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		defer ln.Close()
+		return ln.Addr().String()
+	}()
+	var closed atomic.Int64
+	idle := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	idle.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			closed.Add(1)
+		}
+	}
+	idle.Start()
+	defer idle.Close()
+	cfg := fmt.Sprintf(`controlSocket: @DIR@/run/control.sock
+listeners:
+  - name: web
+    address: "127.0.0.1:0"
+backends:
+  - name: hole
+    static: [%q]
+    connectTimeout: 300ms
+  - name: refused
+    static: [%q]
+  - name: silent
+    static: [%q]
+    responseTimeout: 300ms
+  - name: idle
+    static: [%q]
+    idleTimeout: 300ms
+routes:
+  - {listener: web, pathPrefix: /hole, backend: hole}
+  - {listener: web, pathPrefix: /refused, backend: refused}
+  - {listener: web, pathPrefix: /silent, backend: silent}
+  - {listener: web, pathPrefix: /idle, backend: idle}
+`, blackhole(t), refused, silentBackend(t), strings.TrimPrefix(idle.URL, "http://"))
+	b := startBaton(t, cfg)
+	web := "http://" + b.Address("web")
+	c := &http.Client{Timeout: 10 * time.Second}
+	for _, tc := range []struct {
+		path string
+		want int
+	}{{"/hole", 504}, {"/refused", 502}, {"/silent", 504}, {"/hole", 504}, {"/refused", 502}, {"/silent", 504}, {"/hole", 504}} {
+		start := time.Now()
+		resp, err := c.Get(web + tc.path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", tc.path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET %s: %d after %s, want %d", tc.path, resp.StatusCode, time.Since(start).Round(time.Millisecond), tc.want)
+		}
+	}
+	logs := b.Logs.String()
+	for _, want := range []string{`"backend":"hole"`, `"backend":"refused"`, `"backend":"silent"`, "connection refused", "i/o timeout"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log has no upstream failure with %s", want)
+		}
+	}
+	if n := strings.Count(logs, `"msg":"upstream failed"`); n != 7 {
+		t.Errorf("%d upstream failures logged, want 7 (one each)", n)
+	}
+	getOK(t, c, web+"/idle")
+	waitFor(t, 10*time.Second, "the pooled connection closed after idleTimeout", func() bool { return closed.Load() > 0 })
 }

@@ -21,7 +21,6 @@ import (
 // Upstream settings.
 const (
 	maxIdlePerAddress = 1024
-	upstreamIdle      = 90 * time.Second
 	// ejectAfter consecutive connect failures take an endpoint out of
 	// rotation for ejectBase, doubling with each ejection up to ejectMax.
 	ejectAfter = 3
@@ -43,6 +42,9 @@ type backend struct {
 	lifetime time.Duration // of upstream connections; 0: unbounded
 	// hashHeader is the hash-header balancer's field name, in lower case.
 	hashHeader string
+	// responseTimeout bounds the wait for a response head, and each wait
+	// for response body bytes.
+	responseTimeout time.Duration
 
 	mu     sync.Mutex // protects byAddr; held by updates only
 	byAddr map[string]*endpoint
@@ -101,7 +103,8 @@ func newBackend(bc config.Backend, headMax int) *backend {
 		lifetime: bc.ConnectionLifetime.Std(),
 		byAddr:   make(map[string]*endpoint),
 
-		hashHeader: strings.ToLower(bc.HashHeader),
+		hashHeader:      strings.ToLower(bc.HashHeader),
+		responseTimeout: bc.ResponseTimeout.Std(),
 	}
 	if bc.Kubernetes != nil {
 		b.mode = bc.Kubernetes.Mode
@@ -117,7 +120,8 @@ func newBackend(bc config.Backend, headMax int) *backend {
 		DialContext:           b.dialAddr,
 		MaxIdleConns:          0, // no global limit; per address below
 		MaxIdleConnsPerHost:   maxIdlePerAddress,
-		IdleConnTimeout:       upstreamIdle,
+		IdleConnTimeout:       bc.IdleTimeout.Std(),
+		ResponseHeaderTimeout: bc.ResponseTimeout.Std(),
 		DisableCompression:    true,
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     false,
@@ -137,7 +141,7 @@ func (b *backend) update(eps []kube.Endpoint, err error) {
 	for _, e := range eps {
 		ep := b.byAddr[e.Address]
 		if ep == nil {
-			ep = &endpoint{addr: e.Address, key: stickyKey(e.Address), pool: newAddrPool(e.Address, maxIdlePerAddress, b.lifetime)}
+			ep = &endpoint{addr: e.Address, key: stickyKey(e.Address), pool: newAddrPool(e.Address, maxIdlePerAddress, b.lifetime, b.cfg.IdleTimeout.Std())}
 			b.byAddr[e.Address] = ep
 		}
 		keep[e.Address] = true
@@ -313,6 +317,15 @@ func (b *onceBody) Read(p []byte) (int, error) {
 }
 
 func (b *onceBody) Close() error { return nil } // the server closes the real body
+
+// reap closes the backend's pooled connections idle past its idleTimeout.
+func (b *backend) reap(now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ep := range b.byAddr {
+		ep.pool.reap(now)
+	}
+}
 
 func (b *backend) close() {
 	b.transport.CloseIdleConnections()

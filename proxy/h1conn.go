@@ -197,6 +197,7 @@ func (hc *h1conn) handle(head []byte) bool {
 	if len(set.active) == 0 {
 		// The route stays; its Service has nothing serving right now.
 		b.errors.Add(1)
+		hc.failed(rt, "", "connect", "503", errNoEndpoint)
 		return hc.errorResponse(503, req.HasBody() || req.Close)
 	}
 	var a attempt
@@ -225,26 +226,38 @@ func (hc *h1conn) handle(head []byte) bool {
 		ep  *endpoint
 		err error
 	)
-	for fresh := false; ; {
-		if ep == nil {
-			if ep = b.pick(set, &a); ep == nil {
-				b.errors.Add(1)
-				return hc.errorResponse(upstreamStatus(err), true)
-			}
-			a.tried(ep)
+	// Each failure is logged once, with what follows it: another
+	// endpoint, a retry, or the answer. giveUp answers when none is left.
+	giveUp := func(addr, stage string, err error) bool {
+		b.errors.Add(1)
+		status := upstreamStatus(err)
+		if err == nil {
+			err = errNoEndpoint // every endpoint ejected
 		}
+		hc.failed(rt, addr, stage, strconv.Itoa(status), err)
+		return hc.errorResponse(status, true)
+	}
+	if ep = b.pick(set, &a); ep == nil {
+		return giveUp("", "connect", nil)
+	}
+	a.tried(ep)
+	for fresh := false; ; {
 		uc, err = ep.conn(context.Background(), b, fresh)
 		if err != nil {
 			// Nothing was sent: another endpoint, always.
 			b.connectFailures.Add(1)
-			p.log.Debug("connect failed", zap.String("backend", b.name), zap.String("addr", ep.addr), zap.Error(err))
-			ep, fresh = nil, false
+			addr := ep.addr
+			if ep, fresh = b.pick(set, &a), false; ep == nil {
+				return giveUp(addr, "connect", err)
+			}
+			a.tried(ep)
+			hc.failed(rt, addr, "connect", "next endpoint", err)
 			continue
 		}
 		ep.inflight.Add(1)
 		err = hc.sendRequest(uc, rt)
 		if err == nil {
-			err = hc.readResponseHead(uc)
+			err = hc.readResponseHead(uc, b)
 		}
 		if err == nil {
 			break
@@ -256,37 +269,50 @@ func (hc *h1conn) handle(head []byte) bool {
 			// breaks a rule or the limit): nothing to retry.
 			return hc.bodyFailed(err)
 		}
-		p.log.Debug("upstream failed", zap.String("backend", b.name), zap.String("addr", ep.addr), zap.Error(err))
 		switch {
 		case uc.reuse && replayable && !fresh && len(uc.rd.Buffered()) == 0:
 			// A pooled connection the backend had closed: the same
 			// endpoint, on a new connection.
+			hc.failed(rt, ep.addr, "response", "retry on a new connection", err)
 			fresh = true
 			b.retries.Add(1)
 		case replayable && retries < b.cfg.Retries:
+			addr := ep.addr
+			if ep, fresh = b.pick(set, &a), false; ep == nil {
+				return giveUp(addr, "response", err)
+			}
+			a.tried(ep)
+			hc.failed(rt, addr, "response", "retry on another endpoint", err)
 			retries++
-			ep, fresh = nil, false
 			b.retries.Add(1)
 		default:
-			b.errors.Add(1)
-			return hc.errorResponse(upstreamStatus(err), true)
+			return giveUp(ep.addr, "response", err)
 		}
 	}
 	if b.cfg.Balancer == config.BalancerCookie && a.sticky != ep {
 		hc.extra = fmt.Appendf(hc.extra, "Set-Cookie: %s=%s; Path=/; HttpOnly\r\n", b.cfg.Cookie, ep.key)
 	}
-	keep := hc.forwardResponse(uc)
+	keep := hc.forwardResponse(uc, rt)
 	ep.inflight.Add(-1)
 	return keep
 }
 
 // upstreamStatus is the answer to a request that no backend answered: 504
-// when the last attempt timed out, else 502.
+// when the last attempt timed out (connecting, or waiting for the
+// response), else 502 (refused, reset, or a response that breaks a rule).
+// Every kind of timeout error counts, whichever of the dialer's timer and
+// the socket's deadline fired first.
 func upstreamStatus(err error) int {
-	if isTimeout(err) {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 		return 504
 	}
 	return 502
+}
+
+// failed logs an upstream failure once (rate-limited).
+func (hc *h1conn) failed(rt *route, endpoint, stage, action string, err error) {
+	hc.f.p.fails.add(upstreamFailure{listener: hc.f.name, route: rt, endpoint: endpoint, stage: stage, action: action, err: err})
 }
 
 // upstreamFault reports whether a failed exchange failed on the upstream
@@ -400,7 +426,7 @@ func (hc *h1conn) sendRequest(uc *upConn, rt *route) error {
 	if err := hc.sendContinue(); err != nil {
 		return err
 	}
-	extendWriteDeadline(uc.c, &uc.wdl, time.Now(), upstreamTimeout)
+	extendWriteDeadline(uc.c, &uc.wdl, time.Now(), rt.backend.responseTimeout)
 	framing := h1.Framing{Length: req.ContentLength, Chunked: req.Chunked}
 	if hc.bodyState == bodyWhole {
 		framing = h1.Framing{Length: int64(len(hc.body.b))}
@@ -438,9 +464,11 @@ func (hc *h1conn) sendRequest(uc *upConn, rt *route) error {
 // readResponseHead reads the response head from uc into hc.resp, skipping
 // interim (1xx) responses other than 101. A head that breaks a rule is an
 // upstream failure.
-func (hc *h1conn) readResponseHead(uc *upConn) error {
+func (hc *h1conn) readResponseHead(uc *upConn, b *backend) error {
+	// Exactly responseTimeout from now: it is the operator's bound on
+	// the time to a response head.
+	uc.rd.SetDeadline(time.Now().Add(b.responseTimeout))
 	for {
-		uc.rd.ExtendDeadline(time.Now(), upstreamTimeout)
 		head, err := uc.rd.ReadResponseHead()
 		if err != nil {
 			return &h1.ReadError{Err: err}
@@ -457,7 +485,8 @@ func (hc *h1conn) readResponseHead(uc *upConn) error {
 // forwardResponse writes the response head and body to the client, returns
 // uc to its pool when it can serve again, and reports whether the client
 // connection can.
-func (hc *h1conn) forwardResponse(uc *upConn) bool {
+func (hc *h1conn) forwardResponse(uc *upConn, rt *route) bool {
+	b := rt.backend
 	p := hc.f.p
 	req, resp := &hc.req, &hc.resp
 	noBody := resp.NoBody(req.Method)
@@ -481,11 +510,11 @@ func (hc *h1conn) forwardResponse(uc *upConn) bool {
 	case req.Minor == 0:
 		out.Connection = "keep-alive"
 	}
-	extendWriteDeadline(hc.c, &hc.wdl, time.Now(), upstreamTimeout)
+	extendWriteDeadline(hc.c, &hc.wdl, time.Now(), clientWriteTimeout)
 	sent := hc.cw.n
 	resp.WriteHead(hc.bw, &out)
 
-	hc.in = h1.Body{Src: uc.rd, Dst: hc.bw, Timeout: upstreamTimeout}
+	hc.in = h1.Body{Src: uc.rd, Dst: hc.bw, Timeout: b.responseTimeout}
 	var err error
 	switch {
 	case noBody:
@@ -513,13 +542,14 @@ func (hc *h1conn) forwardResponse(uc *upConn) bool {
 		if errors.As(err, &we) {
 			return false // the client went away
 		}
-		p.log.Debug("upstream response broke off", zap.String("addr", uc.pool.addr), zap.Error(err))
 		if hc.cw.n == sent {
 			// Nothing reached the client yet: it gets a 502 instead of
 			// a response cut short.
 			hc.bw.Reset(&hc.cw)
+			hc.failed(rt, uc.pool.addr, "response", "502", err)
 			return hc.errorResponse(502, true)
 		}
+		hc.failed(rt, uc.pool.addr, "response body", "cut off", err)
 		p.stats.errors.Add(1)
 		return false
 	}
@@ -533,29 +563,37 @@ func (hc *h1conn) upgrade(rt *route, set *endpointSet, a *attempt) bool {
 	if hc.req.HasBody() {
 		return hc.errorResponse(400, true)
 	}
-	var uc *upConn
+	var (
+		uc  *upConn
+		err error
+	)
 	for {
 		ep := b.pick(set, a)
 		if ep == nil {
-			return hc.errorResponse(502, true)
+			status := upstreamStatus(err)
+			hc.failed(rt, "", "connect", strconv.Itoa(status)+" (no endpoint left)", err)
+			return hc.errorResponse(status, true)
 		}
 		a.tried(ep)
-		var err error
 		if uc, err = ep.conn(context.Background(), b, true); err == nil {
 			break
 		}
+		b.connectFailures.Add(1)
+		hc.failed(rt, ep.addr, "connect", "next endpoint", err)
 	}
-	err := hc.sendRequest(uc, rt)
+	err = hc.sendRequest(uc, rt)
 	if err == nil {
-		err = hc.readResponseHead(uc)
+		err = hc.readResponseHead(uc, b)
 	}
 	if err != nil {
 		uc.c.Close()
-		return hc.errorResponse(502, true)
+		status := upstreamStatus(err)
+		hc.failed(rt, uc.pool.addr, "response", strconv.Itoa(status), err)
+		return hc.errorResponse(status, true)
 	}
 	if hc.resp.Status != 101 {
 		hc.resp.Close = true // not kept: it was dialled for the upgrade
-		return hc.forwardResponse(uc)
+		return hc.forwardResponse(uc, rt)
 	}
 	hc.resp.WriteHead(hc.bw, &h1.ResponseOut{Body: h1.Framing{Length: -1}, Connection: "Upgrade"})
 	if err := hc.bw.Flush(); err != nil {
@@ -633,7 +671,7 @@ func (hc *h1conn) errorResponse(status int, closeConn bool) bool {
 	closeConn = closeConn || p.draining.Load() || hc.req.Close
 	text := statusText[status]
 	w := hc.bw
-	extendWriteDeadline(hc.c, &hc.wdl, time.Now(), upstreamTimeout)
+	extendWriteDeadline(hc.c, &hc.wdl, time.Now(), clientWriteTimeout)
 	w.WriteString("HTTP/1.1 ")
 	w.WriteString(strconv.Itoa(status))
 	w.WriteByte(' ')

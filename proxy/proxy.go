@@ -15,6 +15,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/ipc"
@@ -32,10 +33,15 @@ type Proxy struct {
 	tcps     []*tcpFrontend
 	draining atomic.Bool
 	stats    counters
+	fails    failLog
 	buffers  bufferPool
 	// changed signals (capacity 1) that a backend's endpoints changed, so
 	// that the worker reports them at once.
 	changed chan struct{}
+	// reaper closes idle upstream connections; Drain ends it.
+	stopReaper chan struct{}
+	stopOnce   sync.Once
+	reaper     sync.WaitGroup
 }
 
 // counters are the worker's statistics, reported to the supervisor.
@@ -48,7 +54,8 @@ type counters struct {
 
 // New compiles cfg's backends and routes.
 func New(cfg *config.Config, log *zap.Logger) *Proxy {
-	p := &Proxy{cfg: cfg, log: log, backends: make(map[string]*backend), changed: make(chan struct{}, 1)}
+	p := &Proxy{cfg: cfg, log: log, backends: make(map[string]*backend), changed: make(chan struct{}, 1), stopReaper: make(chan struct{})}
+	p.fails.log = log
 	for _, bc := range cfg.Backends {
 		b := newBackend(bc, cfg.HTTP.MaxHeaderBytes)
 		b.proxy = p.newReverseProxy(b)
@@ -89,7 +96,30 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 			f.serve(lns)
 		}
 	}
+	p.reaper.Go(p.reapIdle)
 	return nil
+}
+
+// reapIdle closes pooled upstream connections once they pass their
+// backend's idleTimeout, checking a few times per shortest timeout, until
+// Drain.
+func (p *Proxy) reapIdle() {
+	every := 5 * time.Second
+	for _, b := range p.backends {
+		every = min(every, b.cfg.IdleTimeout.Std()/4)
+	}
+	tick := time.NewTicker(max(every, 50*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case now := <-tick.C:
+			for _, b := range p.backends {
+				b.reap(now)
+			}
+		case <-p.stopReaper:
+			return
+		}
+	}
 }
 
 func (p *Proxy) listenerConfig(name string) *config.Listener {
@@ -119,6 +149,8 @@ func (p *Proxy) Drain(ctx context.Context) {
 		wg.Go(func() { f.drain(ctx) })
 	}
 	wg.Wait()
+	p.stopOnce.Do(func() { close(p.stopReaper) })
+	p.reaper.Wait()
 	for _, b := range p.backends {
 		b.close()
 	}

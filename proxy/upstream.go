@@ -18,12 +18,8 @@ const writeBufSize = 4 << 10
 
 // Upstream keep-alive settings.
 const (
-	// upstreamIdleTimeout closes pooled connections unused this long;
-	// below the common backend keep-alive timeouts (Go, nginx: 60s+) but
-	// not Node's 5s, which the peek before every reuse covers.
-	upstreamIdleTimeout = 30 * time.Second
-	// upstreamTimeout bounds waiting for an upstream read or write.
-	upstreamTimeout = 60 * time.Second
+	// clientWriteTimeout bounds each wait to write to a client.
+	clientWriteTimeout = 60 * time.Second
 )
 
 // upConn is one connection to a backend address, with its buffers.
@@ -53,13 +49,17 @@ type addrPool struct {
 	addr     string
 	idle     chan *upConn
 	lifetime time.Duration // a connection older than this is not reused; 0: no limit
+	// idleTimeout: a connection unused this long is closed, not reused
+	// (the backend's idleTimeout; below the common backend keep-alive
+	// timeouts, and the peek before every reuse covers the shorter ones).
+	idleTimeout time.Duration
 	// retired is set while the endpoint is terminating or gone:
 	// connections are closed instead of pooled.
 	retired atomic.Bool
 }
 
-func newAddrPool(addr string, size int, lifetime time.Duration) *addrPool {
-	return &addrPool{addr: addr, idle: make(chan *upConn, size), lifetime: lifetime}
+func newAddrPool(addr string, size int, lifetime, idleTimeout time.Duration) *addrPool {
+	return &addrPool{addr: addr, idle: make(chan *upConn, size), lifetime: lifetime, idleTimeout: idleTimeout}
 }
 
 // retire stops pooling and closes the idle connections.
@@ -77,7 +77,7 @@ func (p *addrPool) get(now time.Time) *upConn {
 	for {
 		select {
 		case uc := <-p.idle:
-			if now.Sub(uc.idle) > upstreamIdleTimeout || !uc.alive() {
+			if now.Sub(uc.idle) > p.idleTimeout || !uc.alive() {
 				uc.c.Close()
 				continue
 			}
@@ -100,6 +100,28 @@ func (p *addrPool) put(uc *upConn, now time.Time) {
 	case p.idle <- uc:
 	default:
 		uc.c.Close()
+	}
+}
+
+// reap closes the pooled connections idle longer than the pool's
+// idleTimeout, so that they do not hold the backend's resources until the
+// next request comes.
+func (p *addrPool) reap(now time.Time) {
+	for range len(p.idle) {
+		select {
+		case uc := <-p.idle:
+			if now.Sub(uc.idle) > p.idleTimeout {
+				uc.c.Close()
+				continue
+			}
+			select {
+			case p.idle <- uc: // back, with its own idle time
+			default:
+				uc.c.Close()
+			}
+		default:
+			return
+		}
 	}
 }
 

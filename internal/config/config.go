@@ -28,6 +28,8 @@ const (
 	DefaultDrainIdleGrace    = time.Second
 	DefaultMaxHeaderBytes    = 64 << 10
 	DefaultConnectTimeout    = 5 * time.Second
+	DefaultResponseTimeout   = 60 * time.Second
+	DefaultBackendIdle       = 30 * time.Second
 	DefaultProtocol          = ProtocolHTTP
 
 	// MaxSize is the largest configuration file baton accepts. The
@@ -147,6 +149,12 @@ type Backend struct {
 	Retries int `json:"retries,omitempty"`
 	// ConnectTimeout bounds one connection attempt.
 	ConnectTimeout Duration `json:"connectTimeout,omitempty"`
+	// ResponseTimeout bounds the wait for a response head once the
+	// request is sent, and each wait for more of a response body (nginx's
+	// proxy_read_timeout). Past it the client gets a 504.
+	ResponseTimeout Duration `json:"responseTimeout,omitempty"`
+	// IdleTimeout closes a pooled upstream connection unused this long.
+	IdleTimeout Duration `json:"idleTimeout,omitempty"`
 	// ConnectionLifetime bounds how long an upstream keep-alive connection
 	// is reused. Default: unbounded, except in clusterIP mode (10s), where
 	// kube-proxy can only balance new connections.
@@ -287,6 +295,8 @@ func (c *Config) setDefaults() {
 	for i := range c.Backends {
 		b := &c.Backends[i]
 		setDuration(&b.ConnectTimeout, DefaultConnectTimeout)
+		setDuration(&b.ResponseTimeout, DefaultResponseTimeout)
+		setDuration(&b.IdleTimeout, DefaultBackendIdle)
 		if b.Balancer == "" {
 			b.Balancer = BalancerRoundRobin
 		}

@@ -133,8 +133,10 @@ func (c *Config) Validate() error {
 				bad("%s: static address %q: %v", where, a, err)
 			}
 		}
-		if b.ConnectTimeout.Std() < time.Millisecond {
-			bad("%s: connectTimeout must be at least 1ms", where)
+		for key, d := range map[string]Duration{"connectTimeout": b.ConnectTimeout, "responseTimeout": b.ResponseTimeout, "idleTimeout": b.IdleTimeout} {
+			if d.Std() < time.Millisecond {
+				bad("%s: %s must be at least 1ms, not %s", where, key, d)
+			}
 		}
 	}
 
