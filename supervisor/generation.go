@@ -325,7 +325,8 @@ func (s *Supervisor) handleExit(p *proc, err error) {
 		sl.log().Error("worker exited before ready", zap.String("status", status))
 		s.failGeneration(g, fmt.Sprintf("worker %d (pid %d) exited before ready: %s", sl.index, sl.pid, why))
 		sl.state = WorkerFailed
-	case g.state == GenActive && !s.state.stopping:
+	case g.state == GenActive && (!s.state.stopping || !s.state.shutdownAt.IsZero()):
+		// Restarted while the generation serves, shutdownDelay included.
 		up := time.Since(p.startedAt)
 		if up >= StableAfter {
 			sl.failures = 0

@@ -118,6 +118,7 @@ func (s *Supervisor) snapshot() Status {
 		Stopping:       st.stopping,
 		PendingReloads: len(st.pending),
 	}
+	out.Ready = st.active != nil && !st.stopping
 	if st.active != nil {
 		out.ActiveGeneration = st.active.id
 		for _, sl := range st.active.slots {

@@ -23,6 +23,7 @@ type loopState struct {
 	handoffSeq      int           // the last handoff's ID
 	pending         []reloadEvent // reloads asked for while one runs
 	stopping        bool
+	shutdownAt      time.Time // while stopping: close the listeners and drain at this time (shutdownDelay)
 	stopAt          time.Time // kill everything left at this time while stopping
 	runErr          error     // what Run returns
 	retired         ipc.Stats // counters of the worker processes that exited
@@ -206,6 +207,7 @@ func (s *Supervisor) nextDeadline() time.Time {
 	}
 	st := &s.state
 	if st.stopping {
+		consider(st.shutdownAt)
 		consider(st.stopAt)
 	}
 	for _, g := range st.gens {
@@ -233,6 +235,9 @@ func (s *Supervisor) nextDeadline() time.Time {
 // checkDeadlines acts on every deadline that has passed.
 func (s *Supervisor) checkDeadlines(now time.Time) {
 	st := &s.state
+	if st.stopping && !st.shutdownAt.IsZero() && !now.Before(st.shutdownAt) {
+		s.beginDrain()
+	}
 	if st.stopping && !st.stopAt.IsZero() && !now.Before(st.stopAt) {
 		s.killAll("stop timeout")
 		st.stopAt = time.Time{}
@@ -280,6 +285,7 @@ func (s *Supervisor) handleStop(now bool) {
 			s.refusePending()
 		}
 		s.log.Warn("stopping now: killing every worker")
+		st.shutdownAt = time.Time{}
 		if st.starting != nil {
 			s.failGeneration(st.starting, "supervisor stopping")
 		}
@@ -287,12 +293,28 @@ func (s *Supervisor) handleStop(now bool) {
 		return
 	}
 	st.stopping = true
-	st.stopAt = time.Now().Add(st.cfg.StopTimeout)
-	s.log.Info("stopping: draining every generation", zap.Duration("stopTimeout", st.cfg.StopTimeout))
 	s.refusePending()
 	if st.starting != nil {
 		s.failGeneration(st.starting, "supervisor stopping")
 	}
+	if d := st.cfg.ShutdownDelay; d > 0 && !st.upgraded {
+		// Not ready any more, but serving on: a load balancer takes
+		// baton out of rotation meanwhile.
+		st.shutdownAt = time.Now().Add(d)
+		s.log.Info("stopping: not ready; serving on for shutdownDelay, then closing the listeners", zap.Duration("shutdownDelay", d))
+		return
+	}
+	s.beginDrain()
+}
+
+// beginDrain is a graceful stop's second step: the listening sockets
+// close, so that a new connection is refused at once instead of queued and
+// abandoned, and every generation drains until stopTimeout.
+func (s *Supervisor) beginDrain() {
+	st := &s.state
+	st.shutdownAt = time.Time{}
+	st.stopAt = time.Now().Add(st.cfg.StopTimeout)
+	s.log.Info("stopping: draining every generation", zap.Duration("stopTimeout", st.cfg.StopTimeout))
 	for _, g := range st.gens {
 		switch g.state {
 		case GenActive:
@@ -302,6 +324,14 @@ func (s *Supervisor) handleStop(now bool) {
 				g.drainDeadline = st.stopAt
 			}
 		}
+	}
+	if !st.upgraded {
+		// The workers close their copies as they drain; once the
+		// supervisor's are closed too, the kernel refuses new
+		// connections. (After an upgrade the sockets are the next
+		// supervisor's: its copies stay open.)
+		st.sockets.closeAll(true)
+		s.log.Info("stopping: listeners closed")
 	}
 }
 

@@ -13,7 +13,10 @@ type Status struct {
 	StartedAt        time.Time `json:"startedAt"`
 	Binary           string    `json:"binary"`
 	ActiveGeneration uint64    `json:"activeGeneration"`
-	Stopping         bool      `json:"stopping"`
+	// Ready is true while an active generation serves and baton is not
+	// stopping: what /readyz answers.
+	Ready    bool `json:"ready"`
+	Stopping bool `json:"stopping"`
 	// PendingReloads counts reloads waiting for the running handoff; they
 	// will be answered by one more handoff.
 	PendingReloads int                `json:"pendingReloads"`

@@ -19,6 +19,7 @@
 package supervisor
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -55,8 +56,12 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// DrainTimeout bounds how long a draining worker may live.
 	DrainTimeout time.Duration
-	// StopTimeout bounds a graceful stop.
+	// StopTimeout bounds a graceful stop's drain.
 	StopTimeout time.Duration
+	// ShutdownDelay is how long a stop keeps every listener accepting and
+	// serving, with readiness off, before it closes them and drains: the
+	// time a load balancer needs to take baton out of rotation.
+	ShutdownDelay time.Duration
 	// Listeners are the listening sockets.
 	Listeners []ListenerSpec
 	// Payload is the worker's configuration, sent in its hello.
@@ -226,22 +231,36 @@ func (s *Supervisor) UpgradeAsync() {
 	s.send(upgradeEvent{})
 }
 
-// Stop asks for a graceful stop: the workers drain, then Run returns. A
-// second Stop, or now, kills the workers at once.
+// Stop asks for a graceful stop: readiness turns off at once; after
+// ShutdownDelay the listening sockets close (a new connection is refused)
+// and the workers drain; then Run returns. A second Stop, or now, kills
+// the workers at once.
 func (s *Supervisor) Stop(now bool) {
 	s.send(stopEvent{now: now})
 }
 
 // Status returns a snapshot of the supervisor's state.
 func (s *Supervisor) Status() (Status, bool) {
+	return s.StatusContext(context.Background())
+}
+
+// StatusContext is Status, giving up when ctx ends: false then says that
+// the loop did not answer in time (or has ended).
+func (s *Supervisor) StatusContext(ctx context.Context) (Status, bool) {
 	reply := make(chan Status, 1)
-	if !s.send(statusEvent{reply: reply}) {
+	select {
+	case s.events <- statusEvent{reply: reply}:
+	case <-s.done:
+		return Status{}, false
+	case <-ctx.Done():
 		return Status{}, false
 	}
 	select {
 	case st := <-reply:
 		return st, true
 	case <-s.done:
+		return Status{}, false
+	case <-ctx.Done():
 		return Status{}, false
 	}
 }

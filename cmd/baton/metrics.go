@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/baton-proxy/baton/ipc"
 	"github.com/baton-proxy/baton/supervisor"
@@ -23,6 +25,43 @@ func metricsHandler(sup *supervisor.Supervisor) http.Handler {
 		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		writeMetrics(w, &st)
+	})
+}
+
+// probeTimeout bounds how long a probe waits for the supervisor's loop.
+const probeTimeout = 2 * time.Second
+
+// readyzHandler answers 200 while an active generation serves and baton is
+// not stopping, else 503: a load balancer's or Kubernetes' readiness probe.
+func readyzHandler(sup *supervisor.Supervisor) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
+		defer cancel()
+		st, ok := sup.StatusContext(ctx)
+		switch {
+		case !ok:
+			http.Error(w, "not ready: the supervisor does not answer", http.StatusServiceUnavailable)
+		case st.Stopping:
+			http.Error(w, "not ready: stopping", http.StatusServiceUnavailable)
+		case !st.Ready:
+			http.Error(w, "not ready: no active generation", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintf(w, "ready: generation %d\n", st.ActiveGeneration)
+		}
+	})
+}
+
+// healthzHandler answers 200 while the supervisor's loop answers within
+// probeTimeout: a liveness probe (a stopping baton is alive).
+func healthzHandler(sup *supervisor.Supervisor) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
+		defer cancel()
+		if _, ok := sup.StatusContext(ctx); !ok {
+			http.Error(w, "unhealthy: the supervisor does not answer", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
 	})
 }
 

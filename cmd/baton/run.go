@@ -122,6 +122,7 @@ func loadSupervisorConfig(path string) (*supervisor.Config, error) {
 		ReadyTimeout:  cfg.ReadyTimeout.Std(),
 		DrainTimeout:  cfg.DrainTimeout.Std(),
 		StopTimeout:   cfg.StopTimeout.Std(),
+		ShutdownDelay: cfg.ShutdownDelay.Std(),
 		Payload:       payload,
 	}
 	for _, l := range cfg.Listeners {
@@ -141,8 +142,8 @@ func loadSupervisorConfig(path string) (*supervisor.Config, error) {
 	return sc, nil
 }
 
-// serveMetrics starts the Prometheus endpoint the config names, if any. The
-// returned function stops it.
+// serveMetrics starts the HTTP endpoint the config names (metrics.address),
+// if any: /metrics, /readyz and /healthz. The returned function stops it.
 func serveMetrics(path string, sup *supervisor.Supervisor) (func(), error) {
 	cfg, err := config.Load(path)
 	if err != nil || cfg.Metrics.Address == "" {
@@ -154,6 +155,8 @@ func serveMetrics(path string, sup *supervisor.Supervisor) (func(), error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metricsHandler(sup))
+	mux.Handle("/readyz", readyzHandler(sup))
+	mux.Handle("/healthz", healthzHandler(sup))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {

@@ -60,8 +60,12 @@ type Config struct {
 	ReadyTimeout Duration `json:"readyTimeout,omitempty"`
 	// DrainTimeout bounds how long a draining worker may live.
 	DrainTimeout Duration `json:"drainTimeout,omitempty"`
-	// StopTimeout bounds a graceful stop (SIGTERM) of the whole supervisor.
+	// StopTimeout bounds a graceful stop's drain (SIGTERM, baton stop).
 	StopTimeout Duration `json:"stopTimeout,omitempty"`
+	// ShutdownDelay is how long a stop keeps serving, with /readyz
+	// answering 503, before it closes the listeners and drains: the time
+	// a load balancer needs to stop sending. Default 0.
+	ShutdownDelay Duration `json:"shutdownDelay,omitempty"`
 	// Workers is the number of worker processes per generation.
 	Workers int `json:"workers,omitempty"`
 	// HTTP holds the HTTP server settings shared by every http listener.
