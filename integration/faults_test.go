@@ -10,10 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/baton-proxy/baton/supervisor"
 	"golang.org/x/sys/unix"
 )
 
@@ -226,4 +229,72 @@ routes:
 	}
 	getOK(t, c, web+"/idle")
 	waitFor(t, 10*time.Second, "the pooled connection closed after idleTimeout", func() bool { return closed.Load() > 0 })
+}
+
+// TestHungWorkerIsReplaced stops an active worker with SIGSTOP, as a hang
+// would: it is killed and restarted in its slot within workerTimeout and
+// a second, status says why, and no request waits past that (issue 8,
+// problem 2).
+func TestHungWorkerIsReplaced(t *testing.T) {
+	be := startBackend(t)
+	b := startBaton(t, options{workers: 2, reusePort: true, extra: "workerTimeout: 2s\n"}.configYAML(be))
+	web := b.Address("web")
+	hung := b.ActiveWorkers()[0]
+	if err := syscall.Kill(hung.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(hung.PID, syscall.SIGCONT)
+	// SIGSTOP takes effect asynchronously: what the worker accepts before
+	// it stops is in flight in a hung process, lost with it. What
+	// arrives after must not hang.
+	waitFor(t, 10*time.Second, "the worker to stop", func() bool {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", hung.PID))
+		return err == nil && strings.Contains(string(st), "State:\tT")
+	})
+	stopped := time.Now()
+	// New connections meanwhile: half of them land on the stopped
+	// worker's socket and wait there until its slot is served again.
+	var wg sync.WaitGroup
+	var slowest atomic.Int64
+	bound := 2*time.Second + time.Second + 2*time.Second // workerTimeout + restart + margin for a loaded machine
+	for range 8 {
+		wg.Go(func() {
+			start := time.Now()
+			c := http.Client{Timeout: 3 * bound}
+			resp, err := c.Get("http://" + web + "/")
+			took := time.Since(start)
+			for {
+				old := slowest.Load()
+				if int64(took) <= old || slowest.CompareAndSwap(old, int64(took)) {
+					break
+				}
+			}
+			if err != nil {
+				t.Errorf("GET while a worker hangs: %v after %s", err, took)
+				return
+			}
+			resp.Body.Close()
+		})
+	}
+	var replaced time.Duration
+	waitFor(t, 3*bound, "the hung worker's slot to get a new process", func() bool {
+		for _, w := range b.ActiveWorkers() {
+			if w.Slot == hung.Slot && w.PID != hung.PID && w.State == supervisor.WorkerReady {
+				replaced = time.Since(stopped)
+				if !strings.Contains(w.LastRestartReason, "unresponsive") {
+					t.Errorf("restart reason %q, want it to say unresponsive", w.LastRestartReason)
+				}
+				return true
+			}
+		}
+		return false
+	})
+	wg.Wait()
+	t.Logf("replaced %s after SIGSTOP (workerTimeout 2s); slowest request %s", replaced.Round(time.Millisecond), time.Duration(slowest.Load()).Round(time.Millisecond))
+	if d := time.Duration(slowest.Load()); d > bound {
+		t.Errorf("a request waited %s, past workerTimeout + 1s (+2s margin)", d)
+	}
+	if strings.Count(b.Logs.String(), "worker unresponsive") != 1 {
+		t.Errorf("want one 'worker unresponsive' log line")
+	}
 }

@@ -48,6 +48,13 @@ type slot struct {
 	restartAt     time.Time
 	failReason    string // what the worker said in a failed message
 	stats         ipc.Stats
+	// lastSeen is when the running process last sent a message; watched
+	// is set once it has sent stats, which makes its silence a sign of a
+	// hang (workerTimeout). A worker that never reports is not watched.
+	lastSeen time.Time
+	watched  bool
+	// restartReason says why the slot's process was last replaced.
+	restartReason string
 }
 
 // proc is one worker process and its socket. Two goroutines serve it: one
@@ -59,6 +66,8 @@ type proc struct {
 	startedAt time.Time
 	exited    bool
 	readDone  chan struct{} // closed when readProc has delivered everything
+	// killedFor says why the supervisor killed it, if it did.
+	killedFor string
 }
 
 // readGrace bounds how long an exited worker's socket may stay open (held
@@ -159,6 +168,7 @@ func (s *Supervisor) launch(sl *slot) error {
 	sl.readyDeadline = p.startedAt.Add(g.cfg.ReadyTimeout)
 	sl.failReason = ""
 	sl.stats = ipc.Stats{} // a new process counts from zero
+	sl.lastSeen, sl.watched = p.startedAt, false
 	s.owned.Add(2)
 	go s.readProc(p)
 	go s.waitProc(p)
@@ -245,6 +255,7 @@ func (s *Supervisor) handleMessage(p *proc, fr ipc.Frame) {
 	if sl.proc != p || p.exited {
 		return
 	}
+	sl.lastSeen = time.Now()
 	switch fr.Type {
 	case ipc.TypeReady:
 		if sl.state != WorkerStarting {
@@ -277,6 +288,7 @@ func (s *Supervisor) handleMessage(p *proc, fr ipc.Frame) {
 			return
 		}
 		sl.stats = m
+		sl.watched = true
 	default:
 		s.handleBroken(p, fmt.Errorf("%w: %s from a worker", ipc.ErrUnexpected, fr.Type))
 	}
@@ -334,6 +346,10 @@ func (s *Supervisor) handleExit(p *proc, err error) {
 		delay := backoff(sl.failures)
 		sl.failures++
 		sl.state = WorkerBackoff
+		sl.restartReason = p.killedFor
+		if sl.restartReason == "" {
+			sl.restartReason = "exited: " + status
+		}
 		sl.restartAt = time.Now().Add(delay)
 		sl.log().Warn("worker of the active generation died; restarting it", zap.String("status", status), zap.Duration("after", up), zap.Duration("backoff", delay))
 	case g.state == GenDraining || g.state == GenActive:

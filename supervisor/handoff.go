@@ -192,6 +192,8 @@ func (s *Supervisor) snapshot() Status {
 				Accepted:    sl.stats.Accepted,
 				Requests:    sl.stats.Requests,
 				Errors:      sl.stats.Errors,
+
+				LastRestartReason: sl.restartReason,
 			})
 		}
 		out.Generations = append(out.Generations, gs)

@@ -225,6 +225,10 @@ func (s *Supervisor) nextDeadline() time.Time {
 					consider(sl.readyDeadline)
 				case WorkerBackoff:
 					consider(sl.restartAt)
+				case WorkerReady:
+					if sl.watched && g.cfg.WorkerTimeout > 0 {
+						consider(sl.lastSeen.Add(g.cfg.WorkerTimeout))
+					}
 				}
 			}
 		}
@@ -260,6 +264,13 @@ func (s *Supervisor) checkDeadlines(now time.Time) {
 					sl.proc.kill()
 				case sl.state == WorkerBackoff && !now.Before(sl.restartAt):
 					s.restart(sl)
+				case sl.state == WorkerReady && sl.watched && g.cfg.WorkerTimeout > 0 && !now.Before(sl.lastSeen.Add(g.cfg.WorkerTimeout)) && sl.proc != nil:
+					// Stopped, deadlocked or starved: its socket keeps
+					// queueing connections nobody serves. Replace it.
+					sl.proc.killedFor = fmt.Sprintf("unresponsive: no message for workerTimeout %s", g.cfg.WorkerTimeout)
+					sl.log().Error("worker unresponsive; killing it to restart it", zap.Duration("workerTimeout", g.cfg.WorkerTimeout), zap.Duration("silentFor", now.Sub(sl.lastSeen)))
+					sl.watched = false // killed: no second kill
+					sl.proc.kill()
 				}
 			}
 		}

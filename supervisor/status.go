@@ -86,6 +86,9 @@ type WorkerStatus struct {
 	Accepted    uint64 `json:"accepted"`
 	Requests    uint64 `json:"requests"`
 	Errors      uint64 `json:"errors"`
+	// LastRestartReason says why the slot's process was last replaced
+	// (it died, or was unresponsive for workerTimeout).
+	LastRestartReason string `json:"lastRestartReason,omitempty"`
 }
 
 // Handoff records one reload: what triggered it, between which generations,

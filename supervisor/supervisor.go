@@ -58,6 +58,10 @@ type Config struct {
 	DrainTimeout time.Duration
 	// StopTimeout bounds a graceful stop's drain.
 	StopTimeout time.Duration
+	// WorkerTimeout: a ready worker of the active generation that has
+	// reported stats and then sends nothing for this long is killed and
+	// restarted in its slot. 0: never.
+	WorkerTimeout time.Duration
 	// ShutdownDelay is how long a stop keeps every listener accepting and
 	// serving, with readiness off, before it closes them and drains: the
 	// time a load balancer needs to take baton out of rotation.

@@ -123,6 +123,7 @@ func loadSupervisorConfig(path string) (*supervisor.Config, error) {
 		DrainTimeout:  cfg.DrainTimeout.Std(),
 		StopTimeout:   cfg.StopTimeout.Std(),
 		ShutdownDelay: cfg.ShutdownDelay.Std(),
+		WorkerTimeout: cfg.WorkerTimeout.Std(),
 		Payload:       payload,
 	}
 	for _, l := range cfg.Listeners {

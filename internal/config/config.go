@@ -22,6 +22,7 @@ const (
 	DefaultReadyTimeout      = 10 * time.Second
 	DefaultDrainTimeout      = 30 * time.Second
 	DefaultStopTimeout       = 30 * time.Second
+	DefaultWorkerTimeout     = 10 * time.Second
 	DefaultWorkers           = 1
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout       = 60 * time.Second
@@ -62,6 +63,10 @@ type Config struct {
 	DrainTimeout Duration `json:"drainTimeout,omitempty"`
 	// StopTimeout bounds a graceful stop's drain (SIGTERM, baton stop).
 	StopTimeout Duration `json:"stopTimeout,omitempty"`
+	// WorkerTimeout: a worker of the active generation that sends no
+	// message (stats come every second) for this long is killed and
+	// restarted in its slot. Default 10s.
+	WorkerTimeout Duration `json:"workerTimeout,omitempty"`
 	// ShutdownDelay is how long a stop keeps serving, with /readyz
 	// answering 503, before it closes the listeners and drains: the time
 	// a load balancer needs to stop sending. Default 0.
@@ -281,6 +286,7 @@ func (c *Config) setDefaults() {
 	setDuration(&c.ReadyTimeout, DefaultReadyTimeout)
 	setDuration(&c.DrainTimeout, DefaultDrainTimeout)
 	setDuration(&c.StopTimeout, DefaultStopTimeout)
+	setDuration(&c.WorkerTimeout, DefaultWorkerTimeout)
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers
 	}

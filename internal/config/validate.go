@@ -26,6 +26,7 @@ func (c *Config) Validate() error {
 		"readyTimeout":           c.ReadyTimeout,
 		"drainTimeout":           c.DrainTimeout,
 		"stopTimeout":            c.StopTimeout,
+		"workerTimeout":          c.WorkerTimeout,
 		"http.readHeaderTimeout": c.HTTP.ReadHeaderTimeout,
 		"http.idleTimeout":       c.HTTP.IdleTimeout,
 		"http.drainIdleGrace":    c.HTTP.DrainIdleGrace,
@@ -33,6 +34,10 @@ func (c *Config) Validate() error {
 		if d.Std() < time.Millisecond {
 			bad("%s must be at least 1ms, not %s", name, d)
 		}
+	}
+	if c.WorkerTimeout.Std() < 2*time.Second {
+		// Workers report every second: less would kill healthy ones.
+		bad("workerTimeout must be at least 2s (workers report every second), not %s", c.WorkerTimeout)
 	}
 	if c.HTTP.DrainIdleGrace >= c.DrainTimeout {
 		bad("http.drainIdleGrace (%s) must be shorter than drainTimeout (%s)", c.HTTP.DrainIdleGrace, c.DrainTimeout)
