@@ -179,26 +179,25 @@ func parseLength(b []byte) (int64, bool) {
 }
 
 // parseTransferEncoding checks a Transfer-Encoding value: exactly the
-// coding "chunked" (empty list elements aside, RFC 9110 §5.6.1.2) is the
-// one baton relays. A list whose final coding is chunked asks for codings
-// baton does not implement (501, RFC 9112 §6.1); any other list leaves the
-// length unknowable (400, RFC 9112 §6.3).
+// coding "chunked" is the one baton relays. A list whose last coding is
+// chunked asks for codings baton does not implement (501, RFC 9112 §6.1;
+// nginx and net/http answer the same, empty elements included: ", chunked"
+// too); chunked applied twice, or any other list, leaves the length
+// unknowable (400, RFC 9112 §6.3, §7.1).
 func parseTransferEncoding(v []byte) error {
-	n, chunked := 0, 0
+	if EqualFold(v, "chunked") {
+		return nil
+	}
+	chunked := 0
 	var last []byte
-	forList(v, func(el []byte) {
-		n++
-		last = el
-		if EqualFold(el, "chunked") {
+	for el := range bytes.SplitSeq(v, []byte(",")) {
+		last = trimOWS(el)
+		if EqualFold(last, "chunked") {
 			chunked++
 		}
-	})
-	switch {
-	case !EqualFold(last, "chunked") || chunked > 1:
-		// Not last, or applied twice (RFC 9112 §7.1: MUST NOT).
-		return errTENotChunked
-	case n > 1:
-		return errTEUnsupported
 	}
-	return nil
+	if !EqualFold(last, "chunked") || chunked > 1 {
+		return errTENotChunked
+	}
+	return errTEUnsupported
 }
