@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-proxy/baton/integration/internal/harness"
 	"github.com/baton-proxy/baton/supervisor"
 	"golang.org/x/sys/unix"
 )
@@ -296,5 +298,67 @@ func TestHungWorkerIsReplaced(t *testing.T) {
 	}
 	if strings.Count(b.Logs.String(), "worker unresponsive") != 1 {
 		t.Errorf("want one 'worker unresponsive' log line")
+	}
+}
+
+// TestStderrNobodyReads runs baton with stderr on a pipe nobody reads:
+// after the pipe's 64 KiB fill, 200 reloads and status still answer, the
+// dropped lines are counted, and once the pipe is read again a line says
+// how many were lost (issue 8, problem 3).
+func TestStderrNobodyReads(t *testing.T) {
+	be := startBackend(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	b := harness.StartWith(t, batonBin, options{workers: 2, reusePort: true}.configYAML(be), func(cmd *exec.Cmd) {
+		cmd.Stdout, cmd.Stderr = w, w
+	})
+	w.Close() // baton and its workers hold the only write ends
+	for i := range 200 {
+		done := make(chan error, 1)
+		go func() {
+			out, err := b.Ctl("reload")
+			if err != nil {
+				err = fmt.Errorf("%v: %s", err, out)
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("reload %d with stderr full: %v", i, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("reload %d hung with stderr full", i)
+		}
+	}
+	st := b.Status()
+	if st.Totals.LogDropped == 0 {
+		t.Fatalf("200 reloads into a full pipe dropped no log line")
+	}
+	t.Logf("200 reloads with stderr full: %d log lines dropped", st.Totals.LogDropped)
+	// Read the pipe again: the supervisor says what it lost.
+	got := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "log lines dropped") {
+				got <- true
+				return
+			}
+		}
+		got <- false
+	}()
+	b.Ctl("reload") // something to log, now that the pipe moves
+	select {
+	case ok := <-got:
+		if !ok {
+			t.Fatal("the log never said lines were dropped")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no 'log lines dropped' line once stderr was read again")
 	}
 }

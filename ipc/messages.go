@@ -71,6 +71,9 @@ type Stats struct {
 	Requests uint64 `json:"requests"`
 	// Errors is the number of requests answered with a proxy error.
 	Errors uint64 `json:"errors"`
+	// LogDropped counts the log lines the worker dropped because its log
+	// destination did not keep up (optional).
+	LogDropped uint64 `json:"logDropped,omitempty"`
 	// Backends describes the worker's backends (optional).
 	Backends []BackendStats `json:"backends,omitempty"`
 }

@@ -42,6 +42,8 @@ type Proxy struct {
 	stopReaper chan struct{}
 	stopOnce   sync.Once
 	reaper     sync.WaitGroup
+	// logDropped reports the worker's dropped log lines; nil: none.
+	logDropped func() uint64
 }
 
 // counters are the worker's statistics, reported to the supervisor.
@@ -163,6 +165,9 @@ func (p *Proxy) Stats() ipc.Stats {
 		Accepted:    p.stats.accepted.Load(),
 		Requests:    p.stats.requests.Load(),
 		Errors:      p.stats.errors.Load(),
+	}
+	if p.logDropped != nil {
+		s.LogDropped = p.logDropped()
 	}
 	for _, bc := range p.cfg.Backends {
 		s.Backends = append(s.Backends, p.backends[bc.Name].stats())

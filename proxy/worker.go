@@ -25,7 +25,10 @@ const (
 // the config from the hello, serves, says ready, and drains when the
 // supervisor says so (or is gone, or ctx ends). A worker that cannot serve
 // tells the supervisor why and returns the error.
-func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger) error {
+//
+// logDropped, when set, reports the log lines the worker's log
+// destination dropped; they go with its stats.
+func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped func() uint64) error {
 	cfg, err := config.Unmarshal(w.Hello().Config)
 	if err != nil {
 		err = fmt.Errorf("config from supervisor: %w", err)
@@ -33,6 +36,7 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger) error {
 		return err
 	}
 	p := New(cfg, log)
+	p.logDropped = logDropped
 	if targets := p.KubeTargets(); len(targets) > 0 {
 		// Ready means routes installed: wait for the caches to sync and
 		// the first endpoints to be in place before serving.

@@ -318,6 +318,7 @@ func (s *Supervisor) handleExit(p *proc, err error) {
 	s.state.retired.Accepted += sl.stats.Accepted
 	s.state.retired.Requests += sl.stats.Requests
 	s.state.retired.Errors += sl.stats.Errors
+	s.state.retired.LogDropped += sl.stats.LogDropped
 	for _, b := range sl.stats.Backends {
 		c := s.state.retiredBackends[b.Name]
 		c.Add(b.BackendCounters)

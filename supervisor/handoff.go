@@ -155,6 +155,11 @@ func (s *Supervisor) snapshot() Status {
 		Requests: st.retired.Requests,
 		Errors:   st.retired.Errors,
 		Handoffs: make(map[Outcome]uint64, len(st.outcomes)),
+
+		LogDropped: st.retired.LogDropped,
+	}
+	if s.opts.LogDropped != nil {
+		out.Totals.LogDropped += s.opts.LogDropped()
 	}
 	for o, n := range st.outcomes {
 		out.Totals.Handoffs[o] = n
@@ -168,6 +173,7 @@ func (s *Supervisor) snapshot() Status {
 			out.Totals.Accepted += sl.stats.Accepted
 			out.Totals.Requests += sl.stats.Requests
 			out.Totals.Errors += sl.stats.Errors
+			out.Totals.LogDropped += sl.stats.LogDropped
 			out.Totals.Connections += sl.stats.Connections
 			for _, b := range sl.stats.Backends {
 				c := backends[b.Name]

@@ -42,6 +42,9 @@ type Totals struct {
 	Errors   uint64 `json:"errors"`
 	// Connections is the number open now, over all workers.
 	Connections int64 `json:"connections"`
+	// LogDropped counts log lines dropped, by the supervisor and every
+	// worker, because the log destination did not keep up.
+	LogDropped uint64 `json:"logDropped"`
 	// Handoffs counts handoffs by outcome.
 	Handoffs map[Outcome]uint64 `json:"handoffs"`
 	// Backends counts, per backend name, what every worker sent it.

@@ -102,6 +102,9 @@ type Options struct {
 	Launcher Launcher
 	// Logger receives the supervisor's logs. Default: none.
 	Logger *zap.Logger
+	// LogDropped, when set, reports how many log lines the supervisor's
+	// log destination dropped; status adds it to the workers' counts.
+	LogDropped func() uint64
 	// Version is reported by status.
 	Version string
 	// Upgrader, when set, lets the supervisor hand its sockets to a new

@@ -80,6 +80,8 @@ func writeMetrics(out io.Writer, st *supervisor.Status) {
 	fmt.Fprintf(&b, "baton_connections_accepted_total %d\n", st.Totals.Accepted)
 	metric("baton_proxy_errors_total", "counter", "Requests answered with an error by baton itself (no route, no backend).")
 	fmt.Fprintf(&b, "baton_proxy_errors_total %d\n", st.Totals.Errors)
+	metric("baton_log_lines_dropped_total", "counter", "Log lines dropped, by the supervisor and every worker, because stderr did not keep up.")
+	fmt.Fprintf(&b, "baton_log_lines_dropped_total %d\n", st.Totals.LogDropped)
 	metric("baton_connections", "gauge", "Client connections open now, over every worker.")
 	fmt.Fprintf(&b, "baton_connections %d\n", st.Totals.Connections)
 	metric("baton_handoffs_total", "counter", "Handoffs by outcome.")

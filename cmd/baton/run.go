@@ -39,17 +39,17 @@ stops at once.`,
 			if path == "" {
 				return errors.New("run: --config FILE is required")
 			}
-			log, err := newLogger(c)
+			log, sink, err := newLogger(c)
 			if err != nil {
 				return err
 			}
-			defer log.Sync()
-			return runSupervisor(c, path, log)
+			defer sink.Close()
+			return runSupervisor(c, path, log, sink.Dropped)
 		},
 	}
 }
 
-func runSupervisor(c *cli.Context, path string, log *zap.Logger) error {
+func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func() uint64) error {
 	// The upgrader hands the sockets to the next supervisor at an upgrade,
 	// and takes them over from the previous one when this is one.
 	upg, err := tableflip.New(tableflip.Options{
@@ -60,11 +60,12 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger) error {
 		return fmt.Errorf("upgrader: %w", err)
 	}
 	sup, err := supervisor.New(supervisor.Options{
-		Load:     func() (*supervisor.Config, error) { return loadSupervisorConfig(path) },
-		Env:      []string{"BATON_LOG_FORMAT=" + c.String("log-format"), "BATON_LOG_LEVEL=" + c.String("log-level")},
-		Logger:   log,
-		Version:  version,
-		Upgrader: upg,
+		Load:       func() (*supervisor.Config, error) { return loadSupervisorConfig(path) },
+		Env:        []string{"BATON_LOG_FORMAT=" + c.String("log-format"), "BATON_LOG_LEVEL=" + c.String("log-level")},
+		Logger:     log,
+		LogDropped: logDropped,
+		Version:    version,
+		Upgrader:   upg,
 	})
 	if err != nil {
 		return err

@@ -22,11 +22,11 @@ func workerCommand() *cli.Command {
 		Usage:  "run as a worker of a baton supervisor (started by 'baton run')",
 		Hidden: true,
 		Action: func(c *cli.Context) error {
-			base, err := newLogger(c)
+			base, sink, err := newLogger(c)
 			if err != nil {
 				return err
 			}
-			defer base.Sync()
+			defer sink.Close()
 			// The supervisor decides when workers stop: a terminal's ^C or
 			// a HUP meant for it must not reach them. SIGTERM drains.
 			signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
@@ -53,7 +53,7 @@ func workerCommand() *cli.Command {
 					defer stop()
 				}
 			}
-			if err := proxy.RunWorker(ctx, w, log); err != nil {
+			if err := proxy.RunWorker(ctx, w, log, sink.Dropped); err != nil {
 				log.Error("worker failed", zap.Error(err))
 				return err
 			}
