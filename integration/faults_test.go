@@ -362,3 +362,66 @@ func TestStderrNobodyReads(t *testing.T) {
 		t.Fatal("no 'log lines dropped' line once stderr was read again")
 	}
 }
+
+// TestMaxDrainingUnderAReloadStorm reloads while every generation keeps a
+// long-lived TCP stream: past maxDraining, the oldest draining generation
+// is stopped early and is gone within seconds, with the reason in status
+// (issue 8, problem 8: a storm once left 33 generations alive).
+func TestMaxDrainingUnderAReloadStorm(t *testing.T) {
+	be := startBackend(t)
+	b := startBaton(t, options{tcp: true, drainTimeout: "5m", extra: "maxDraining: 2\n"}.configYAML(be))
+	echo := b.Address("echo")
+	var streams []net.Conn
+	defer func() {
+		for _, c := range streams {
+			c.Close()
+		}
+	}()
+	for i := range 6 {
+		c, err := net.Dial("tcp", echo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, c)
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "ping\n"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, make([]byte, 5)); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		if h := b.SIGHUP(); h.Outcome != supervisor.OutcomeOK {
+			t.Fatalf("reload %d: %s %s", i, h.Outcome, h.Reason)
+		}
+	}
+	var early int
+	waitFor(t, 15*time.Second, "at most maxDraining generations draining", func() bool {
+		draining := 0
+		early = 0
+		for _, g := range b.Status().Generations {
+			if g.State == supervisor.GenDraining {
+				draining++
+			}
+			if strings.Contains(g.Reason, "stopped early") {
+				early++
+			}
+		}
+		return draining <= 2
+	})
+	if early != 4 {
+		t.Errorf("%d generations stopped early, want 4 (6 drained, maxDraining 2)", early)
+	}
+	// The oldest streams were closed with their generations; the newest
+	// ones live on.
+	streams[0].SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := streams[0].Read(make([]byte, 1)); err == nil {
+		t.Error("the oldest generation's stream is still open")
+	}
+	streams[5].SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(streams[5], "pong\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(streams[5], make([]byte, 5)); err != nil {
+		t.Errorf("the newest draining generation's stream: %v", err)
+	}
+}

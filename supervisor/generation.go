@@ -22,7 +22,7 @@ type generation struct {
 	plan          *plan // sockets it holds; nil once released
 	binary        string
 	startedAt     time.Time
-	reason        string // why it failed
+	reason        string // why it failed, or was stopped early
 	readyDeadline time.Time
 	drainStart    time.Time
 	drainDeadline time.Time
@@ -480,6 +480,33 @@ func (s *Supervisor) drain(g *generation, reason string, deadline time.Time) {
 		}
 	}
 	s.settle(g)
+	s.limitDraining()
+}
+
+// limitDraining stops the oldest draining generations early while more
+// than MaxDraining are draining: a reload storm meeting long-lived
+// connections must not keep every old generation (and its memory) alive.
+// A generation stopped early has EarlyStopGrace before its workers are
+// killed, which closes what they still hold.
+func (s *Supervisor) limitDraining() {
+	limit := s.state.cfg.MaxDraining
+	if limit <= 0 {
+		return
+	}
+	var draining []*generation // not yet stopped early, oldest first
+	for _, g := range s.state.gens {
+		if g.state == GenDraining && g.live() && g.reason == "" {
+			draining = append(draining, g)
+		}
+	}
+	until := time.Now().Add(EarlyStopGrace)
+	for _, g := range draining[:max(0, len(draining)-limit)] {
+		g.reason = fmt.Sprintf("stopped early: more than maxDraining (%d) generations were draining", limit)
+		g.log.Warn("stopping a draining generation early", zap.String("reason", g.reason), zap.Time("killAt", until))
+		if g.drainDeadline.IsZero() || g.drainDeadline.After(until) {
+			g.drainDeadline = until
+		}
+	}
 }
 
 // killDraining kills what is left of g at its drain deadline.

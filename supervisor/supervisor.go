@@ -43,6 +43,9 @@ const (
 	// HistoryLength is how many handoffs and finished generations status
 	// keeps.
 	HistoryLength = 50
+	// EarlyStopGrace is how long a draining generation stopped early for
+	// MaxDraining has before its workers are killed.
+	EarlyStopGrace = time.Second
 )
 
 // Config is what the supervisor needs of a configuration. Load functions
@@ -58,6 +61,9 @@ type Config struct {
 	DrainTimeout time.Duration
 	// StopTimeout bounds a graceful stop's drain.
 	StopTimeout time.Duration
+	// MaxDraining bounds the generations draining at once: past it, the
+	// oldest is stopped early (killed after EarlyStopGrace). 0: no bound.
+	MaxDraining int
 	// WorkerTimeout: a ready worker of the active generation that has
 	// reported stats and then sends nothing for this long is killed and
 	// restarted in its slot. 0: never.

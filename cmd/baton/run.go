@@ -125,6 +125,7 @@ func loadSupervisorConfig(path string) (*supervisor.Config, error) {
 		StopTimeout:   cfg.StopTimeout.Std(),
 		ShutdownDelay: cfg.ShutdownDelay.Std(),
 		WorkerTimeout: cfg.WorkerTimeout.Std(),
+		MaxDraining:   cfg.MaxDraining,
 		Payload:       payload,
 	}
 	for _, l := range cfg.Listeners {

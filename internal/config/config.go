@@ -23,6 +23,7 @@ const (
 	DefaultDrainTimeout      = 30 * time.Second
 	DefaultStopTimeout       = 30 * time.Second
 	DefaultWorkerTimeout     = 10 * time.Second
+	DefaultMaxDraining       = 4
 	DefaultWorkers           = 1
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout       = 60 * time.Second
@@ -63,6 +64,10 @@ type Config struct {
 	DrainTimeout Duration `json:"drainTimeout,omitempty"`
 	// StopTimeout bounds a graceful stop's drain (SIGTERM, baton stop).
 	StopTimeout Duration `json:"stopTimeout,omitempty"`
+	// MaxDraining bounds the generations draining at once: past it, the
+	// oldest draining generation is stopped early (its workers killed
+	// after a second). Default 4.
+	MaxDraining int `json:"maxDraining,omitempty"`
 	// WorkerTimeout: a worker of the active generation that sends no
 	// message (stats come every second) for this long is killed and
 	// restarted in its slot. Default 10s.
@@ -287,6 +292,9 @@ func (c *Config) setDefaults() {
 	setDuration(&c.DrainTimeout, DefaultDrainTimeout)
 	setDuration(&c.StopTimeout, DefaultStopTimeout)
 	setDuration(&c.WorkerTimeout, DefaultWorkerTimeout)
+	if c.MaxDraining == 0 {
+		c.MaxDraining = DefaultMaxDraining
+	}
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers
 	}

@@ -42,6 +42,9 @@ func (c *Config) Validate() error {
 	if c.HTTP.DrainIdleGrace >= c.DrainTimeout {
 		bad("http.drainIdleGrace (%s) must be shorter than drainTimeout (%s)", c.HTTP.DrainIdleGrace, c.DrainTimeout)
 	}
+	if c.MaxDraining < 1 || c.MaxDraining > 64 {
+		bad("maxDraining must be between 1 and 64, not %d", c.MaxDraining)
+	}
 	if c.Workers < 1 || c.Workers > MaxWorkers {
 		bad("workers must be between 1 and %d, not %d", MaxWorkers, c.Workers)
 	}
