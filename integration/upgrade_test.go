@@ -1,7 +1,10 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"syscall"
@@ -23,7 +26,7 @@ func TestSupervisorUpgradeUnderLoad(t *testing.T) {
 	stop := background(t, b, true)
 
 	if out, err := b.Ctl("upgrade"); err != nil || !strings.Contains(out, "upgrade ok") {
-		t.Fatalf("baton upgrade: %v %s", err, out)
+		t.Fatalf("baton upgrade: %v %s\n%s", err, out, b.Logs)
 	}
 	var newPID int
 	t.Cleanup(func() {
@@ -85,4 +88,102 @@ func gone(pid int) bool {
 	}
 	i := strings.LastIndexByte(string(b), ')')
 	return i > 0 && len(b) > i+2 && b[i+2] == 'Z'
+}
+
+// TestUpgradeLeavesNothingBehind: after `baton upgrade`, a listener removed
+// by a reload is closed for good (a connection is refused, not queued where
+// nobody serves) and can be added back; generation numbers and the handoff
+// history go on across the upgrade; and failed upgrades leave no descriptor
+// behind (issue 8, problem 5).
+func TestUpgradeLeavesNothingBehind(t *testing.T) {
+	be := startBackend(t)
+	extraAddr := freePort(t)
+	base := options{workers: 1}.configYAML(be)
+	withExtra := base + fmt.Sprintf("  - listener: extra\n    backend: app\n")
+	withExtra = strings.Replace(withExtra, "listeners:\n", fmt.Sprintf("listeners:\n  - name: extra\n    address: %q\n", extraAddr), 1)
+	b := startBaton(t, withExtra)
+	if out, err := b.Ctl("reload"); err != nil {
+		t.Fatalf("reload: %v %s", err, out)
+	}
+	before := b.Status()
+	oldPID := b.Cmd.Process.Pid
+
+	// Failed upgrades first: the binary on disk exits at once.
+	good, err := os.ReadFile(b.Bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds := func(pid int) int {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	replaceBinary(t, b, "exit 3")
+	n0 := fds(oldPID)
+	for i := range 20 {
+		if out, err := b.Ctl("upgrade"); err == nil {
+			t.Fatalf("upgrade %d to a broken binary succeeded: %s", i, out)
+		}
+	}
+	if n := fds(oldPID); n > n0 {
+		t.Errorf("20 failed upgrades: the supervisor holds %d descriptors, %d before", n, n0)
+	}
+	t.Logf("descriptors before and after 20 failed upgrades: %d, %d", n0, fds(oldPID))
+	tmp := b.Bin + ".good"
+	if err := os.WriteFile(tmp, good, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, b.Bin); err != nil {
+		t.Fatal(err)
+	}
+
+	if out, err := b.Ctl("upgrade"); err != nil || !strings.Contains(out, "upgrade ok") {
+		t.Fatalf("baton upgrade: %v %s", err, out)
+	}
+	var newPID int
+	t.Cleanup(func() {
+		if newPID != 0 && !gone(newPID) {
+			b.Ctl("stop")
+			waitFor(t, 60*time.Second, "the new supervisor to stop", func() bool { return gone(newPID) })
+		}
+	})
+	waitFor(t, 60*time.Second, "the old supervisor to exit", func() bool {
+		select {
+		case <-b.Exited:
+			return true
+		default:
+			return false
+		}
+	})
+	after := b.Status()
+	newPID = after.PID
+	last := after.Handoffs[len(after.Handoffs)-1]
+	if last.Trigger != "upgrade" || last.From != before.ActiveGeneration || after.ActiveGeneration <= before.ActiveGeneration || last.ID <= before.Handoffs[len(before.Handoffs)-1].ID {
+		t.Errorf("after the upgrade: active %d (was %d), last handoff %+v; want generation numbers and handoff ids to go on, trigger upgrade", after.ActiveGeneration, before.ActiveGeneration, last)
+	}
+	if len(after.Handoffs) < len(before.Handoffs) || after.Totals.Requests < before.Totals.Requests {
+		t.Errorf("history or totals lost across the upgrade: %d handoffs (was %d), %d requests (was %d)", len(after.Handoffs), len(before.Handoffs), after.Totals.Requests, before.Totals.Requests)
+	}
+
+	// Remove the extra listener in the new supervisor: it closes for good.
+	b.WriteConfig(base)
+	if out, err := b.Ctl("reload"); err != nil {
+		t.Fatalf("reload without the extra listener: %v %s", err, out)
+	}
+	waitFor(t, 30*time.Second, "the removed listener to refuse connections", func() bool {
+		c, err := net.DialTimeout("tcp", extraAddr, time.Second)
+		if err != nil {
+			return errors.Is(err, syscall.ECONNREFUSED)
+		}
+		c.Close()
+		return false
+	})
+	// And add it back.
+	b.WriteConfig(withExtra)
+	if out, err := b.Ctl("reload"); err != nil {
+		t.Fatalf("reload adding the listener back: %v %s", err, out)
+	}
+	getOK(t, http.DefaultClient, "http://"+extraAddr+"/")
 }

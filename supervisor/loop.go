@@ -118,7 +118,13 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	stopOnCancel := context.AfterFunc(ctx, func() { s.Stop(false) })
 	defer stopOnCancel()
 
-	h := s.newHandoff("start", 1)
+	trigger := "start"
+	from := s.takeUpgradeState()
+	if from != 0 {
+		trigger = "upgrade"
+	}
+	h := s.newHandoff(trigger, 1)
+	h.From = from
 	if !s.startGeneration(cfg, h) {
 		close(s.done)
 		return fmt.Errorf("%w: %s", ErrStartFailed, h.Reason)

@@ -376,6 +376,20 @@ func removeStaleUnixSocket(path string) error {
 
 // control runs fn on f's descriptor without changing its blocking mode (as
 // File.Fd would, for every process sharing the socket).
+// dupFile returns a close-on-exec duplicate of f, without touching f's
+// blocking mode (which workers share).
+func dupFile(f *os.File) (*os.File, error) {
+	var nfd int
+	err := control(f, func(fd int) (err error) {
+		nfd, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(nfd), f.Name()), nil
+}
+
 func control(f *os.File, fn func(fd int) error) error {
 	rc, err := f.SyscallConn()
 	if err != nil {

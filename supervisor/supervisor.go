@@ -115,7 +115,7 @@ type Options struct {
 	Version string
 	// Upgrader, when set, lets the supervisor hand its sockets to a new
 	// supervisor process (SIGUSR2, `baton upgrade`) and take them over
-	// from an old one. *tableflip.Upgrader implements it.
+	// from an old one. *upgrade.Upgrader implements it.
 	Upgrader Upgrader
 }
 
@@ -123,12 +123,14 @@ type Options struct {
 // the new process inherits them, starts its own generation, and once that
 // is ready the old one drains and exits.
 type Upgrader interface {
-	// File returns a file the previous process handed over, or nil.
+	// File takes a file the previous process handed over (the caller
+	// owns it), or returns nil.
 	File(name string) (*os.File, error)
-	// AddFile registers a file to hand over at the next upgrade.
-	AddFile(name string, f *os.File) error
-	// Upgrade starts the new process and waits until it is ready.
-	Upgrade() error
+	// State returns what the previous process handed over, or nil.
+	State() []byte
+	// Upgrade starts the new process, lending it files (the caller keeps
+	// them) and state, and waits until it is ready.
+	Upgrade(files map[string]*os.File, state []byte) error
 	// Ready says this process serves (a new one: the old may exit).
 	Ready() error
 	// Exit is closed once a new process has taken over.

@@ -16,7 +16,6 @@ import (
 
 	"github.com/baton-proxy/baton/ipc"
 	"go.uber.org/zap/zaptest"
-	"golang.org/x/sys/unix"
 )
 
 // fakeLauncher starts "processes" that are goroutines of the test, speaking
@@ -64,18 +63,6 @@ func (l *fakeLauncher) Launch(spec LaunchSpec) (Process, error) {
 		l.launched <- p
 	}()
 	return p, nil
-}
-
-func dupFile(f *os.File) (*os.File, error) {
-	var nfd int
-	err := control(f, func(fd int) (err error) {
-		nfd, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(nfd), f.Name()), nil
 }
 
 func (p *fakeProc) Pid() int { return p.pid }

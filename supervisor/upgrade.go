@@ -1,11 +1,14 @@
 package supervisor
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 
+	"github.com/baton-proxy/baton/ipc"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // controlFile names the control socket for a self-upgrade.
@@ -37,9 +40,11 @@ func (s *Supervisor) controlListener(path string) (*net.UnixListener, error) {
 	return listenControl(path)
 }
 
-// handleUpgrade hands every socket to the Upgrader and starts the next
-// supervisor; the loop goes on meanwhile and learns the outcome as an
-// event.
+// handleUpgrade lends every socket, the control socket and the loop's
+// history to the Upgrader, which starts the next supervisor; the loop goes
+// on meanwhile and learns the outcome as an event. The lent descriptors are
+// duplicates, closed once the Upgrader returns: a failed upgrade leaves
+// nothing behind.
 func (s *Supervisor) handleUpgrade(reply chan error) {
 	st := &s.state
 	answer := func(err error) {
@@ -59,27 +64,107 @@ func (s *Supervisor) handleUpgrade(reply chan error) {
 		answer(ErrUpgrading)
 		return
 	}
-	files := st.sockets.files()
+	lent := make(map[string]*os.File)
+	closeLent := func() {
+		for _, f := range lent {
+			f.Close()
+		}
+	}
+	for name, f := range st.sockets.files() {
+		d, err := dupFile(f)
+		if err != nil {
+			closeLent()
+			answer(fmt.Errorf("upgrade: lend %s: %w", name, err))
+			return
+		}
+		lent[name] = d
+	}
 	ctl, err := s.controlFile()
 	if err != nil {
+		closeLent()
 		answer(fmt.Errorf("upgrade: %w", err))
 		return
 	}
-	defer ctl.Close() // AddFile keeps its own duplicate
-	files[controlFileName] = ctl
-	for name, f := range files {
-		if err := upg.AddFile(name, f); err != nil {
-			answer(fmt.Errorf("upgrade: hand over %s: %w", name, err))
-			return
-		}
+	lent[controlFileName] = ctl
+	state, err := json.Marshal(s.upgradeState())
+	if err != nil {
+		closeLent()
+		answer(fmt.Errorf("upgrade: %w", err))
+		return
 	}
 	st.upgrading = true
-	s.log.Info("upgrading: starting the next supervisor", zap.Int("sockets", len(files)-1))
+	s.log.Info("upgrading: starting the next supervisor", zap.Int("sockets", len(lent)-1))
 	s.owned.Add(1)
 	go func() {
 		defer s.owned.Done()
-		s.send(upgradeDone{err: upg.Upgrade(), reply: reply})
+		err := upg.Upgrade(lent, state)
+		closeLent()
+		s.send(upgradeDone{err: err, reply: reply})
 	}()
+}
+
+// upgradeState is what a supervisor hands to the next at an upgrade, so
+// that generation numbers, the handoff history and the lifetime counters
+// go on across it.
+type upgradeState struct {
+	NextGeneration   uint64                         `json:"nextGeneration"`
+	ActiveGeneration uint64                         `json:"activeGeneration"`
+	HandoffSeq       int                            `json:"handoffSeq"`
+	Handoffs         []Handoff                      `json:"handoffs"`
+	Outcomes         map[Outcome]uint64             `json:"outcomes"`
+	Totals           ipc.Stats                      `json:"totals"`
+	Backends         map[string]ipc.BackendCounters `json:"backends,omitempty"`
+}
+
+// upgradeState captures the loop's history; the counters of workers still
+// running count as they are now (the old supervisor sees the rest).
+func (s *Supervisor) upgradeState() upgradeState {
+	st := &s.state
+	snap := s.snapshot()
+	us := upgradeState{
+		NextGeneration:   st.nextGen,
+		ActiveGeneration: snap.ActiveGeneration,
+		HandoffSeq:       st.handoffSeq,
+		Handoffs:         snap.Handoffs,
+		Outcomes:         st.outcomes,
+		Totals: ipc.Stats{
+			Accepted:   snap.Totals.Accepted,
+			Requests:   snap.Totals.Requests,
+			Errors:     snap.Totals.Errors,
+			LogDropped: snap.Totals.LogDropped,
+		},
+		Backends: snap.Totals.Backends,
+	}
+	return us
+}
+
+// takeUpgradeState seeds the loop with what the previous supervisor handed
+// over, and returns the generation that served there.
+func (s *Supervisor) takeUpgradeState() uint64 {
+	upg := s.opts.Upgrader
+	if upg == nil || !upg.HasParent() || upg.State() == nil {
+		return 0
+	}
+	var us upgradeState
+	if err := json.Unmarshal(upg.State(), &us); err != nil {
+		s.log.Warn("upgrade: the previous supervisor's state is unreadable; history starts anew", zap.Error(err))
+		return 0
+	}
+	st := &s.state
+	st.nextGen = us.NextGeneration
+	st.handoffSeq = us.HandoffSeq
+	for _, h := range us.Handoffs {
+		st.handoffs = append(st.handoffs, &handoff{Handoff: h})
+	}
+	for o, n := range us.Outcomes {
+		st.outcomes[o] = n
+	}
+	// The log destination's drops are each process's own: not carried.
+	st.retired = ipc.Stats{Accepted: us.Totals.Accepted, Requests: us.Totals.Requests, Errors: us.Totals.Errors}
+	for name, c := range us.Backends {
+		st.retiredBackends[name] = c
+	}
+	return us.ActiveGeneration
 }
 
 func (s *Supervisor) handleUpgradeDone(ev upgradeDone) {
@@ -104,10 +189,28 @@ func (s *Supervisor) handleUpgraded() {
 	s.handleStop(false)
 }
 
-// controlFile returns a duplicate of the control socket's descriptor.
+// controlFile returns a close-on-exec duplicate of the control socket's
+// descriptor. Not UnixListener.File: the *os.File that returns switches
+// the socket to blocking mode when exec passes it on (its Fd method),
+// and the mode is the socket's, shared with this process's own accept
+// loop, which would then block in accept(2) and hold up Close.
 func (s *Supervisor) controlFile() (*os.File, error) {
 	if s.ctl == nil {
 		return nil, fmt.Errorf("no control socket")
 	}
-	return s.ctl.File()
+	rc, err := s.ctl.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	nfd := -1
+	var derr error
+	if err := rc.Control(func(fd uintptr) {
+		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	return os.NewFile(uintptr(nfd), "control"), nil
 }

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/internal/upgrade"
 	"github.com/baton-proxy/baton/supervisor"
-	"github.com/cloudflare/tableflip"
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
 )
@@ -52,9 +52,9 @@ stops at once.`,
 func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func() uint64) error {
 	// The upgrader hands the sockets to the next supervisor at an upgrade,
 	// and takes them over from the previous one when this is one.
-	upg, err := tableflip.New(tableflip.Options{
-		UpgradeTimeout: c.Duration("upgrade-timeout"),
-		PIDFile:        c.String("pid-file"),
+	upg, err := upgrade.New(upgrade.Options{
+		Timeout: c.Duration("upgrade-timeout"),
+		PIDFile: c.String("pid-file"),
 	})
 	if err != nil {
 		return fmt.Errorf("upgrader: %w", err)
