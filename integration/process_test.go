@@ -6,12 +6,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/baton-proxy/baton/integration/internal/harness"
 	"github.com/baton-proxy/baton/integration/internal/load"
 	"github.com/baton-proxy/baton/supervisor"
 )
@@ -196,5 +198,74 @@ func TestUnixListener(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("unix listener's socket file left behind: %v", err)
+	}
+}
+
+// lowPort returns a free TCP port below 1024 on 127.0.0.1.
+func lowPort(t *testing.T) string {
+	t.Helper()
+	for p := 900; p < 1024; p++ {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err == nil {
+			ln.Close()
+			return ln.Addr().String()
+		}
+	}
+	t.Fatal("no free port below 1024")
+	return ""
+}
+
+// TestWorkersRunAsUser: with user and group set, the supervisor (root)
+// binds a listener on a port below 1024 and the workers serve it as that
+// user and group, with no supplementary group: no worker has root.
+func TestWorkersRunAsUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, as a privilege drop does")
+	}
+	be := startBackend(t)
+	addr := lowPort(t)
+	cfg := strings.Replace(options{workers: 2, reusePort: true}.configYAML(be), `address: "127.0.0.1:0"`, fmt.Sprintf("address: %q", addr), 1)
+	cfg = "user: nobody\ngroup: \"65534\"\n" + cfg
+	b := harness.StartWith(t, batonBin, cfg, func(cmd *exec.Cmd) {
+		// The workers exec the binary as nobody: its folders must let them.
+		for d := filepath.Dir(cmd.Path); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+			os.Chmod(d, 0o755)
+		}
+	})
+	for _, w := range b.ActiveWorkers() {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", w.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(st), "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) > 0 && (f[0] == "Uid:" || f[0] == "Gid:"):
+				for _, id := range f[1:] {
+					if id != "65534" {
+						t.Errorf("worker %d: %s, want 65534 everywhere", w.PID, line)
+					}
+				}
+			case len(f) > 0 && f[0] == "Groups:" && len(f) > 1:
+				t.Errorf("worker %d: %s, want no supplementary group", w.PID, line)
+			}
+		}
+	}
+	if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", b.Cmd.Process.Pid)); !strings.Contains(string(st), "Uid:\t0\t") {
+		t.Errorf("the supervisor does not run as root")
+	}
+	getOK(t, http.DefaultClient, "http://"+addr+"/")
+	if out, err := b.Ctl("reload"); err != nil {
+		t.Fatalf("reload with a user: %v %s", err, out)
+	}
+	getOK(t, http.DefaultClient, "http://"+addr+"/")
+
+	// Not root: refused with the reason, before anything is bound.
+	os.Chmod(b.Config, 0o644)
+	cmd := exec.Command(b.Bin, "run", "--config", b.Config)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "only when baton starts as root") {
+		t.Errorf("baton run with user: as a non-root user: %v %s; want it refused with the reason", err, out)
 	}
 }

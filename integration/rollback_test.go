@@ -98,6 +98,13 @@ func replaceBinary(t *testing.T, b *batonProc, script string) {
 	}
 }
 
+// restoreBinary puts baton's own binary back where replaceBinary put a
+// script.
+func restoreBinary(t *testing.T, b *batonProc) {
+	t.Helper()
+	copyFile(t, batonBin, b.Bin)
+}
+
 func TestCrashingWorkerIsRolledBack(t *testing.T) {
 	be := startBackend(t)
 	b := startBaton(t, options{workers: 2, reusePort: true, tcp: true}.configYAML(be))

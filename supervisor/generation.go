@@ -7,9 +7,11 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/sdnotify"
 	"github.com/baton-proxy/baton/ipc"
 	"go.uber.org/zap"
 )
@@ -144,7 +146,7 @@ func (s *Supervisor) launch(sl *slot) error {
 	if err != nil {
 		return fmt.Errorf("worker %d: %w", sl.index, err)
 	}
-	env := append(os.Environ(), s.opts.Env...)
+	env := append(workerEnviron(), s.opts.Env...)
 	env = append(env, ipc.EnvFD+"=3")
 	spec := LaunchSpec{
 		Path:   g.binary,
@@ -153,6 +155,8 @@ func (s *Supervisor) launch(sl *slot) error {
 		IPC:    child,
 		Stdout: os.Stdout,
 		Stderr: os.Stderr,
+
+		Credential: g.cfg.WorkerCredential,
 	}
 	process, err := s.opts.Launcher.Launch(spec)
 	child.Close() // the worker holds its own copy now
@@ -420,6 +424,13 @@ func (s *Supervisor) promote(g *generation) {
 	s.finishHandoff(h, OutcomeOK, "")
 	if !st.ready {
 		st.ready = true
+		if upg := s.opts.Upgrader; upg != nil && upg.HasParent() {
+			// systemd tracks this process from now on, before the
+			// previous one learns it may go (NotifyAccess=all).
+			s.notify(sdnotify.MainPID(os.Getpid()), sdnotify.Ready, s.notifyStatus())
+		} else {
+			s.notify(sdnotify.Ready, s.notifyStatus())
+		}
 		if upg := s.opts.Upgrader; upg != nil {
 			// Tells a previous supervisor that it may drain and exit.
 			if err := upg.Ready(); err != nil {
@@ -562,4 +573,19 @@ func (s *Supervisor) trimHistory() {
 		kept = append(kept, g)
 	}
 	st.gens = kept
+}
+
+// workerEnviron is this process's environment without what is meant for
+// the supervisor alone: systemd's notification socket and watchdog, so that
+// a worker can neither notify nor be mistaken for the service.
+func workerEnviron() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES":
+		default:
+			env = append(env, kv)
+		}
+	}
+	return env
 }

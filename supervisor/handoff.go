@@ -3,8 +3,10 @@ package supervisor
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/sdnotify"
 	"github.com/baton-proxy/baton/ipc"
 	"go.uber.org/zap"
 )
@@ -12,7 +14,8 @@ import (
 // handoff is a Handoff in progress and the callers waiting for its outcome.
 type handoff struct {
 	Handoff
-	replies []chan Handoff
+	notified bool // RELOADING=1 was sent for it: READY=1 follows
+	replies  []chan Handoff
 }
 
 func (s *Supervisor) newHandoff(trigger string, coalesced int) *handoff {
@@ -40,6 +43,9 @@ func (s *Supervisor) finishHandoff(h *handoff, outcome Outcome, reason string) {
 	h.Outcome = outcome
 	h.Reason = reason
 	h.DurationMs = ms(time.Since(h.StartedAt))
+	if h.notified {
+		s.notify(sdnotify.Ready, s.notifyStatus())
+	}
 	s.state.outcomes[outcome]++
 	fields := []zap.Field{
 		zap.Int("handoff", h.ID), zap.Uint64("from", h.From), zap.Uint64("to", h.To),
@@ -93,6 +99,10 @@ func (s *Supervisor) runPending() {
 	for _, ev := range evs {
 		h.replies = append(h.replies, ev.reply)
 	}
+	// systemd (Type=notify-reload) waits for RELOADING=1, then READY=1
+	// once the handoff is decided, whatever the outcome.
+	h.notified = true
+	s.notify(sdnotify.Reloading, sdnotify.Monotonic(), sdnotify.Status(fmt.Sprintf("reloading (handoff %d)", h.ID)))
 	cfg, err := s.opts.Load()
 	if err != nil {
 		s.finishHandoff(h, OutcomeRefused, err.Error())
@@ -232,4 +242,36 @@ func (s *Supervisor) newestPlanned() *generation {
 		}
 	}
 	return nil
+}
+
+// notify sends service notifications, unless a next supervisor has taken
+// over (systemd tracks that one; a STOPPING=1 from this one would stop the
+// service).
+func (s *Supervisor) notify(assignments ...string) {
+	if s.opts.Notify != nil && !s.state.upgraded {
+		s.opts.Notify(assignments...)
+	}
+}
+
+// notifyStatus is the STATUS= line: what serves, and how the last handoff
+// went.
+func (s *Supervisor) notifyStatus() string {
+	st := &s.state
+	var b strings.Builder
+	switch {
+	case st.stopping:
+		b.WriteString("stopping")
+	case st.active != nil:
+		fmt.Fprintf(&b, "generation %d serving", st.active.id)
+	default:
+		b.WriteString("starting")
+	}
+	if n := len(st.handoffs); n > 0 {
+		h := st.handoffs[n-1]
+		fmt.Fprintf(&b, "; last handoff %d (%s): %s", h.ID, h.Trigger, h.Outcome)
+		if h.Reason != "" {
+			fmt.Fprintf(&b, ": %s", h.Reason)
+		}
+	}
+	return sdnotify.Status(b.String())
 }

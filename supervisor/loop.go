@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/sdnotify"
 	"github.com/baton-proxy/baton/ipc"
 	"go.uber.org/zap"
 )
@@ -24,6 +25,7 @@ type loopState struct {
 	pending         []reloadEvent // reloads asked for while one runs
 	stopping        bool
 	shutdownAt      time.Time // while stopping: close the listeners and drain at this time (shutdownDelay)
+	watchdogAt      time.Time // send WATCHDOG=1 at this time; zero: no watchdog
 	stopAt          time.Time // kill everything left at this time while stopping
 	runErr          error     // what Run returns
 	retired         ipc.Stats // counters of the worker processes that exited
@@ -73,6 +75,9 @@ type (
 func (s *Supervisor) Run(ctx context.Context) error {
 	st := &s.state
 	st.startedAt = time.Now()
+	if s.opts.WatchdogInterval > 0 {
+		st.watchdogAt = st.startedAt.Add(s.opts.WatchdogInterval)
+	}
 	st.outcomes = make(map[Outcome]uint64)
 	st.retiredBackends = make(map[string]ipc.BackendCounters)
 	activated, err := socketActivation()
@@ -212,6 +217,7 @@ func (s *Supervisor) nextDeadline() time.Time {
 		}
 	}
 	st := &s.state
+	consider(st.watchdogAt)
 	if st.stopping {
 		consider(st.shutdownAt)
 		consider(st.stopAt)
@@ -245,6 +251,10 @@ func (s *Supervisor) nextDeadline() time.Time {
 // checkDeadlines acts on every deadline that has passed.
 func (s *Supervisor) checkDeadlines(now time.Time) {
 	st := &s.state
+	if !st.watchdogAt.IsZero() && !now.Before(st.watchdogAt) {
+		s.notify(sdnotify.Watchdog)
+		st.watchdogAt = now.Add(s.opts.WatchdogInterval)
+	}
 	if st.stopping && !st.shutdownAt.IsZero() && !now.Before(st.shutdownAt) {
 		s.beginDrain()
 	}
@@ -310,6 +320,7 @@ func (s *Supervisor) handleStop(now bool) {
 		return
 	}
 	st.stopping = true
+	s.notify(sdnotify.Stopping, s.notifyStatus())
 	s.refusePending()
 	if st.starting != nil {
 		s.failGeneration(st.starting, "supervisor stopping")

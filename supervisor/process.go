@@ -29,6 +29,9 @@ type LaunchSpec struct {
 	IPC *os.File
 	// Stdout and Stderr receive the worker's output.
 	Stdout, Stderr io.Writer
+	// Credential, when set, is the user and group the worker runs as
+	// (supplementary groups as given: none to clear them).
+	Credential *syscall.Credential
 }
 
 // Process is one started worker process.
@@ -56,7 +59,7 @@ func (ExecLauncher) Launch(spec LaunchSpec) (Process, error) {
 		Stdout:      spec.Stdout,
 		Stderr:      spec.Stderr,
 		ExtraFiles:  []*os.File{spec.IPC},
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: spec.Credential},
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.Path, err)

@@ -25,6 +25,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -76,6 +77,9 @@ type Config struct {
 	Listeners []ListenerSpec
 	// Payload is the worker's configuration, sent in its hello.
 	Payload json.RawMessage
+	// WorkerCredential, when set, is the user and group workers run as:
+	// the supervisor binds the listeners, workers only use them.
+	WorkerCredential *syscall.Credential
 }
 
 // ListenerSpec describes one listener.
@@ -108,6 +112,13 @@ type Options struct {
 	Launcher Launcher
 	// Logger receives the supervisor's logs. Default: none.
 	Logger *zap.Logger
+	// Notify, when set, receives service notifications as sd_notify(3)
+	// assignments (READY=1, RELOADING=1, STOPPING=1, MAINPID=, STATUS=,
+	// WATCHDOG=1), sent from the loop.
+	Notify func(assignments ...string)
+	// WatchdogInterval, when set, makes the loop send WATCHDOG=1 this
+	// often: a loop that stops answering stops the pings.
+	WatchdogInterval time.Duration
 	// LogDropped, when set, reports how many log lines the supervisor's
 	// log destination dropped; status adds it to the workers' counts.
 	LogDropped func() uint64
@@ -149,6 +160,9 @@ var (
 	ErrUpgrading = errors.New("supervisor: an upgrade is in progress")
 	// ErrNoUpgrader refuses an upgrade when the supervisor cannot hand over.
 	ErrNoUpgrader = errors.New("supervisor: self-upgrade not available")
+	// ErrPID1 refuses an upgrade when the supervisor is PID 1 (a
+	// container's init): the old process's exit would end the container.
+	ErrPID1 = errors.New("supervisor: baton is PID 1 (a container's init): an upgrade would end the container when the old supervisor exits; reload to run a new worker binary, and replace the container (a rolling update) to replace the supervisor")
 )
 
 // Supervisor runs generations of workers on sockets it owns.

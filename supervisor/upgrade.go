@@ -63,6 +63,9 @@ func (s *Supervisor) handleUpgrade(reply chan error) {
 	case st.upgrading || st.starting != nil || !st.ready:
 		answer(ErrUpgrading)
 		return
+	case os.Getpid() == 1:
+		answer(ErrPID1)
+		return
 	}
 	lent := make(map[string]*os.File)
 	closeLent := func() {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/internal/sdnotify"
 	"github.com/baton-proxy/baton/internal/upgrade"
 	"github.com/baton-proxy/baton/supervisor"
 	"github.com/urfave/cli/v2"
@@ -59,13 +60,24 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func
 	if err != nil {
 		return fmt.Errorf("upgrader: %w", err)
 	}
+	notifier := sdnotify.FromEnv()
+	watchdog := sdnotify.WatchdogInterval()
+	// The next supervisor of an upgrade pings the watchdog as the main
+	// process (after its MAINPID=), not as ours.
+	os.Unsetenv("WATCHDOG_PID")
 	sup, err := supervisor.New(supervisor.Options{
-		Load:       func() (*supervisor.Config, error) { return loadSupervisorConfig(path) },
-		Env:        []string{"BATON_LOG_FORMAT=" + c.String("log-format"), "BATON_LOG_LEVEL=" + c.String("log-level")},
-		Logger:     log,
-		LogDropped: logDropped,
-		Version:    version,
-		Upgrader:   upg,
+		Notify: func(assignments ...string) {
+			if err := notifier.Notify(assignments...); err != nil {
+				log.Warn("systemd notification", zap.Error(err))
+			}
+		},
+		WatchdogInterval: watchdog,
+		Load:             func() (*supervisor.Config, error) { return loadSupervisorConfig(path) },
+		Env:              []string{"BATON_LOG_FORMAT=" + c.String("log-format"), "BATON_LOG_LEVEL=" + c.String("log-level")},
+		Logger:           log,
+		LogDropped:       logDropped,
+		Version:          version,
+		Upgrader:         upg,
 	})
 	if err != nil {
 		return err
@@ -117,6 +129,10 @@ func loadSupervisorConfig(path string) (*supervisor.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode config for workers: %w", err)
 	}
+	cred, err := workerCredential(cfg.User, cfg.Group)
+	if err != nil {
+		return nil, err
+	}
 	sc := &supervisor.Config{
 		ControlSocket: cfg.ControlSocket,
 		Workers:       cfg.Workers,
@@ -126,7 +142,9 @@ func loadSupervisorConfig(path string) (*supervisor.Config, error) {
 		ShutdownDelay: cfg.ShutdownDelay.Std(),
 		WorkerTimeout: cfg.WorkerTimeout.Std(),
 		MaxDraining:   cfg.MaxDraining,
-		Payload:       payload,
+
+		WorkerCredential: cred,
+		Payload:          payload,
 	}
 	for _, l := range cfg.Listeners {
 		network, address, err := l.Network()

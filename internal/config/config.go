@@ -58,6 +58,11 @@ type Config struct {
 	// ControlSocket is the path of the control socket. Default: see
 	// DefaultControlSocket.
 	ControlSocket string `json:"controlSocket,omitempty"`
+	// User and Group, names or numeric ids, are what workers run as; the
+	// supervisor (started as root) binds every listener first, as nginx's
+	// user directive. Group defaults to User's primary group.
+	User  string `json:"user,omitempty"`
+	Group string `json:"group,omitempty"`
 	// ReadyTimeout bounds how long a new worker may take to report ready.
 	ReadyTimeout Duration `json:"readyTimeout,omitempty"`
 	// DrainTimeout bounds how long a draining worker may live.

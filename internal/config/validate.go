@@ -42,6 +42,9 @@ func (c *Config) Validate() error {
 	if c.HTTP.DrainIdleGrace >= c.DrainTimeout {
 		bad("http.drainIdleGrace (%s) must be shorter than drainTimeout (%s)", c.HTTP.DrainIdleGrace, c.DrainTimeout)
 	}
+	if c.Group != "" && c.User == "" {
+		bad("group %q needs a user (workers run as user, with group as their group)", c.Group)
+	}
 	if c.MaxDraining < 1 || c.MaxDraining > 64 {
 		bad("maxDraining must be between 1 and 64, not %d", c.MaxDraining)
 	}
