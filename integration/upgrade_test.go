@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -186,4 +188,67 @@ func TestUpgradeLeavesNothingBehind(t *testing.T) {
 		t.Fatalf("reload adding the listener back: %v %s", err, out)
 	}
 	getOK(t, http.DefaultClient, "http://"+extraAddr+"/")
+}
+
+// TestUpgradeRefusedAsPID1 runs baton as PID 1 of its own PID namespace,
+// as a container's init: `baton upgrade` is refused with the reason (the
+// old supervisor's exit would end the container), and baton serves on.
+func TestUpgradeRefusedAsPID1(t *testing.T) {
+	unshare, err := exec.LookPath("unshare")
+	if err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and unshare (util-linux) for a PID namespace")
+	}
+	be := startBackend(t)
+	dir := t.TempDir()
+	cfg := strings.ReplaceAll(options{}.configYAML(be), "@DIR@", dir)
+	path := filepath.Join(dir, "baton.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(unshare, "--pid", "--fork", "--kill-child", batonBin, "run", "--config", path)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{}) // closed when unshare has exited
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			select {
+			case <-exited:
+			case <-time.After(10 * time.Second):
+				t.Errorf("unshare did not exit after SIGKILL")
+			}
+		}
+	}()
+	sock := filepath.Join(dir, "run", "control.sock")
+	ctl := func(args ...string) (string, error) {
+		out, err := exec.Command(batonBin, append(args, "--socket", sock)...).CombinedOutput()
+		return string(out), err
+	}
+	waitFor(t, 30*time.Second, "baton as PID 1 to serve", func() bool {
+		out, err := ctl("status", "-o", "json")
+		return err == nil && strings.Contains(out, `"pid": 1,`)
+	})
+	out, err := ctl("upgrade")
+	if err == nil || !strings.Contains(out, "PID 1") {
+		t.Fatalf("baton upgrade as PID 1: %v %s; want it refused with the reason", err, out)
+	}
+	if out, err := ctl("reload"); err != nil {
+		t.Fatalf("reload as PID 1 after the refused upgrade: %v %s", err, out)
+	}
+	if out, err := ctl("stop"); err != nil {
+		t.Fatalf("stop: %v %s", err, out)
+	}
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("baton as PID 1 did not stop")
+	}
 }

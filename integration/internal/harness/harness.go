@@ -235,6 +235,8 @@ func (b *Baton) SIGHUP() supervisor.Handoff {
 // output and exit error.
 func (b *Baton) Ctl(args ...string) (string, error) {
 	cmd := exec.Command(b.cli, append(args, "--socket", b.Socket)...)
+	// A race-enabled CLI would sleep a second at exit.
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
