@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build run test kubebin vet fmt-check fuzz bench bench-kube clean
+.PHONY: all build run test kubebin vet fmt-check fuzz bench bench-kube image clean
 
 all: build
 
@@ -61,6 +61,13 @@ bench:
 # with 10 and 10,000 endpoints (docs/kubernetes.md has the figures).
 bench-kube: kubebin
 	$(GO) test -run '^$$' -bench EndpointSliceToRoute -benchtime 200x ./integration/kube/
+
+# The container image (Dockerfile), with docker or podman, whichever is
+# installed.
+IMAGE ?= baton:latest
+image:
+	@tool=$$(command -v docker || command -v podman) || { echo "make image: needs docker or podman"; exit 1; }; \
+	$$tool build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 clean:
 	rm -rf bin

@@ -162,15 +162,32 @@ func checkCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "check",
 		Usage: "validate a config file without running it",
-		Flags: []cli.Flag{configFlag()},
+		Flags: []cli.Flag{
+			configFlag(),
+			&cli.BoolFlag{Name: "offline", Usage: "skip the checks that need the machine it will run on (a reachable Kubernetes API server, the user and group): for CI"},
+		},
 		Action: func(c *cli.Context) error {
 			path := c.String("config")
 			if path == "" {
 				return errors.New("check: --config FILE is required")
 			}
-			cfg, err := config.Load(path)
+			load := config.Load
+			if c.Bool("offline") {
+				load = config.LoadOffline
+			}
+			cfg, err := load(path)
 			if err != nil {
 				return err
+			}
+			if !c.Bool("offline") && cfg.User != "" {
+				if _, _, err := lookupUser(cfg.User); err != nil {
+					return err
+				}
+				if cfg.Group != "" {
+					if _, err := lookupGroup(cfg.Group); err != nil {
+						return err
+					}
+				}
 			}
 			fmt.Printf("config ok: %d listeners, %d backends, %d routes, %d workers\n",
 				len(cfg.Listeners), len(cfg.Backends), len(cfg.Routes), cfg.Workers)

@@ -235,7 +235,14 @@ type Route struct {
 const MaxBufferRequestBody = 64 << 20
 
 // Load reads, parses, defaults and validates the file at path.
-func Load(path string) (*Config, error) {
+func Load(path string) (*Config, error) { return load(path, false) }
+
+// LoadOffline is Load without the checks that depend on the machine it
+// runs on (whether a Kubernetes API server can be found): for linting a
+// config in CI, away from where it runs.
+func LoadOffline(path string) (*Config, error) { return load(path, true) }
+
+func load(path string, offline bool) (*Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
@@ -248,7 +255,7 @@ func Load(path string) (*Config, error) {
 	if buf.Len() > MaxSize {
 		return nil, fmt.Errorf("config %s: %w: larger than %d bytes", path, ErrInvalid, MaxSize)
 	}
-	c, err := Parse(buf.Bytes())
+	c, err := parse(buf.Bytes(), offline)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -257,13 +264,15 @@ func Load(path string) (*Config, error) {
 
 // Parse parses YAML (or JSON) config text, fills in defaults and validates.
 // Unknown keys are errors: a misspelt key must not be silently ignored.
-func Parse(data []byte) (*Config, error) {
+func Parse(data []byte) (*Config, error) { return parse(data, false) }
+
+func parse(data []byte, offline bool) (*Config, error) {
 	var c Config
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	c.setDefaults()
-	if err := c.Validate(); err != nil {
+	if err := c.validate(offline); err != nil {
 		return nil, err
 	}
 	return &c, nil

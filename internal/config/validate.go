@@ -16,7 +16,10 @@ import (
 
 // Validate checks c and returns every problem found, joined, each wrapping
 // ErrInvalid. It expects defaults to be filled in.
-func (c *Config) Validate() error {
+func (c *Config) Validate() error { return c.validate(false) }
+
+// validate is Validate; offline skips what depends on this machine.
+func (c *Config) validate(offline bool) error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...))
@@ -151,12 +154,16 @@ func (c *Config) Validate() error {
 		}
 	}
 
-	if k := c.Kubernetes.Kubeconfig; k != "" {
+	// Where the API server is depends on the machine: offline, not
+	// checked.
+	switch k := c.Kubernetes.Kubeconfig; {
+	case offline:
+	case k != "":
 		if _, err := os.Stat(k); err != nil {
 			bad("kubernetes.kubeconfig: %v", err)
 		}
-	} else if c.usesKubernetes() && !defaultKubeconfig() {
-		bad("backends name Kubernetes Services, but there is no way to reach an API server: not in a pod, no $KUBECONFIG, no ~/.kube/config; set kubernetes.kubeconfig")
+	case c.usesKubernetes() && !defaultKubeconfig():
+		bad("backends name Kubernetes Services, but there is no way to reach an API server: not in a pod, no $KUBECONFIG, no ~/.kube/config; set kubernetes.kubeconfig (or baton check --offline to lint it elsewhere)")
 	}
 
 	type routeKey struct{ listener, host, prefix string }
