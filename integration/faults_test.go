@@ -220,6 +220,10 @@ routes:
 			t.Errorf("GET %s: %d after %s, want %d", tc.path, resp.StatusCode, time.Since(start).Round(time.Millisecond), tc.want)
 		}
 	}
+	// Log lines reach the file asynchronously (the log sink's writer).
+	waitFor(t, 10*time.Second, "7 upstream failures in the log", func() bool {
+		return strings.Count(b.Logs.String(), `"msg":"upstream failed"`) >= 7
+	})
 	logs := b.Logs.String()
 	for _, want := range []string{`"backend":"hole"`, `"backend":"refused"`, `"backend":"silent"`, "connection refused", "i/o timeout"} {
 		if !strings.Contains(logs, want) {
@@ -296,6 +300,7 @@ func TestHungWorkerIsReplaced(t *testing.T) {
 	if d := time.Duration(slowest.Load()); d > bound {
 		t.Errorf("a request waited %s, past workerTimeout + 1s (+2s margin)", d)
 	}
+	waitFor(t, 10*time.Second, "the log line", func() bool { return strings.Contains(b.Logs.String(), "worker unresponsive") })
 	if strings.Count(b.Logs.String(), "worker unresponsive") != 1 {
 		t.Errorf("want one 'worker unresponsive' log line")
 	}
