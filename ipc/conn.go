@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -65,12 +66,50 @@ func FileConn(f *os.File) (*Conn, error) {
 		fc.Close()
 		return nil, fmt.Errorf("ipc: %s is not a unix seqpacket socket", f.Name())
 	}
+	return newConn(uc), nil
+}
+
+// newConn returns a Conn on uc, a unix seqpacket connection.
+func newConn(uc *net.UnixConn) *Conn {
 	return &Conn{
 		uc:  uc,
 		buf: make([]byte, MaxFrame+1),
 		oob: make([]byte, unix.CmsgSpace(MaxFiles*4)),
-	}, nil
+	}
 }
+
+// DialOrphan connects to the abstract socket name on which an orphaned
+// worker waits (see Orphans), for an adoption.
+func DialOrphan(name string) (*Conn, error) {
+	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: "@" + name, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("ipc: orphan %s: %w", name, err)
+	}
+	return newConn(uc), nil
+}
+
+// Peer returns the uid and pid of the process at the other end
+// (SO_PEERCRED): the kernel's word, not the peer's.
+func (c *Conn) Peer() (uid, pid int, err error) {
+	rc, err := c.uc.SyscallConn()
+	if err != nil {
+		return -1, -1, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return -1, -1, err
+	}
+	if cerr != nil {
+		return -1, -1, fmt.Errorf("peer credentials: %w", cerr)
+	}
+	return int(cred.Uid), int(cred.Pid), nil
+}
+
+// SetDeadline sets the deadline of Send and Receive.
+func (c *Conn) SetDeadline(t time.Time) error { return c.uc.SetDeadline(t) }
 
 // Send sends one message of type t with body v, and files with it. The
 // files stay open and owned by the caller.

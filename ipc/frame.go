@@ -63,14 +63,17 @@ var (
 type Type uint8
 
 // Message types. Hello and Drain go from the supervisor to a worker; Ready,
-// Failed and Stats from a worker to the supervisor; Request and Response are
-// the control socket's.
+// Failed and Stats from a worker to the supervisor; Orphan (a worker whose
+// supervisor died, to the one adopting it) and Adopted (the answer) open an
+// adoption; Request and Response are the control socket's.
 const (
 	TypeHello    Type = 1
 	TypeReady    Type = 2
 	TypeFailed   Type = 3
 	TypeDrain    Type = 4
 	TypeStats    Type = 5
+	TypeOrphan   Type = 6
+	TypeAdopted  Type = 7
 	TypeRequest  Type = 16
 	TypeResponse Type = 17
 )
@@ -81,6 +84,8 @@ var typeNames = map[Type]string{
 	TypeFailed:   "failed",
 	TypeDrain:    "drain",
 	TypeStats:    "stats",
+	TypeOrphan:   "orphan",
+	TypeAdopted:  "adopted",
 	TypeRequest:  "request",
 	TypeResponse: "response",
 }

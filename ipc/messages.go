@@ -18,6 +18,48 @@ type Hello struct {
 	Listeners []ListenerInfo `json:"listeners"`
 	// Config is the worker's configuration, opaque to the protocol.
 	Config json.RawMessage `json:"config,omitempty"`
+	// Orphans, when set, asks the worker to outlive its supervisor: if the
+	// supervisor dies while the worker serves, the worker keeps serving
+	// and waits to be adopted (see Orphans). Nil: drain at once.
+	Orphans *Orphans `json:"orphans,omitempty"`
+}
+
+// Orphans says how a worker waits for a new supervisor after its own died.
+type Orphans struct {
+	// Name prefixes the abstract unix socket (SOCK_SEQPACKET) the worker
+	// listens on meanwhile: Name + "/" + its pid. A supervisor finds it
+	// there (in /proc/net/unix) and adopts the worker.
+	Name string `json:"name"`
+	// Timeout bounds the wait: a worker not adopted by then drains and
+	// exits, so that none runs unsupervised for long.
+	Timeout time.Duration `json:"timeout"`
+}
+
+// Orphan is an orphaned worker's first message to the supervisor that
+// connects to adopt it: what it is and serves. Its frame carries one
+// descriptor per entry of every listener's Sockets, as a hello does; the
+// supervisor takes the listening sockets back from them.
+type Orphan struct {
+	Generation uint64          `json:"generation"`
+	Slot       int             `json:"slot"`
+	Workers    int             `json:"workers"`
+	Listeners  []ListenerInfo  `json:"listeners"`
+	Config     json.RawMessage `json:"config,omitempty"`
+}
+
+// Files is the number of descriptors the orphan's listeners announce.
+func (o *Orphan) Files() int {
+	n := 0
+	for _, l := range o.Listeners {
+		n += len(l.Sockets)
+	}
+	return n
+}
+
+// Adopted answers an Orphan: the connection is the worker's supervisor
+// connection from now on.
+type Adopted struct {
+	Generation uint64 `json:"generation"`
 }
 
 // Files is the number of descriptors the hello's listeners announce.
@@ -33,6 +75,13 @@ func (h *Hello) Files() int {
 type ListenerInfo struct {
 	// Name is the listener's name in the configuration.
 	Name string `json:"name"`
+	// Key names the listener's sockets in the supervisor (its group);
+	// an orphan gives it back at adoption.
+	Key string `json:"key,omitempty"`
+	// ReusePort is set when the sockets form a SO_REUSEPORT group, of
+	// GroupSize sockets.
+	ReusePort bool `json:"reusePort,omitempty"`
+	GroupSize int  `json:"groupSize,omitempty"`
 	// Network is "tcp", "tcp4", "tcp6" or "unix".
 	Network string `json:"network"`
 	// Address is the address the sockets are bound to.

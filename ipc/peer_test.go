@@ -39,7 +39,8 @@ func TestCallTrustsOnlyOurUID(t *testing.T) {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := os.Stat(sock); err == nil {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close() // listening: the fake server answers and accepts on
 			break
 		}
 		if time.Now().After(deadline) {

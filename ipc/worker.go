@@ -8,7 +8,10 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // EnvFD names the environment variable that holds the number of the
@@ -21,7 +24,12 @@ const HelloTimeout = 30 * time.Second
 // Worker is a worker's side of the protocol: the hello it received, its
 // listeners, and the way to say ready and to learn when to drain.
 type Worker struct {
-	conn      *Conn
+	mu       sync.Mutex // protects conn, ready and orphanLn
+	conn     *Conn      // to the supervisor; a new one after an adoption
+	ready    bool       // Ready was sent: the worker serves
+	orphanLn *net.UnixListener
+	closing  chan struct{} // closed by Close
+
 	hello     Hello
 	listeners []Listener
 
@@ -85,7 +93,7 @@ func handshake(c *Conn) (*Worker, error) {
 	if fr.Type != TypeHello {
 		return nil, fmt.Errorf("%w: %s before hello", ErrUnexpected, fr.Type)
 	}
-	w := &Worker{conn: c, draining: make(chan struct{}), readDone: make(chan struct{})}
+	w := &Worker{conn: c, draining: make(chan struct{}), readDone: make(chan struct{}), closing: make(chan struct{})}
 	if err := fr.Unmarshal(&w.hello); err != nil {
 		return nil, err
 	}
@@ -110,27 +118,24 @@ func handshake(c *Conn) (*Worker, error) {
 }
 
 // read owns the receiving side after the hello. It ends at the supervisor's
-// end, at a read error, or when Close closes the connection.
+// end (unless a new supervisor adopts the worker), at a read error, or when
+// Close closes the connection.
 func (w *Worker) read() {
 	defer close(w.readDone)
 	for {
-		fr, files, err := w.conn.Receive()
-		for _, f := range files {
-			f.Close() // only a hello may carry descriptors
-		}
-		if err == nil && len(files) > 0 {
-			err = fmt.Errorf("%w: descriptors with %s", ErrUnexpected, fr.Type)
-		}
-		if err == nil {
-			if fr.Type != TypeDrain {
-				err = fmt.Errorf("%w: %s from the supervisor", ErrUnexpected, fr.Type)
-			} else {
-				var d Drain
-				if err = fr.Unmarshal(&d); err == nil {
-					w.startDrain(d)
-					continue
-				}
+		err := w.receive(w.supervisor())
+		if errors.Is(err, io.EOF) && w.orphanable() {
+			// The supervisor died while this worker serves: serve on,
+			// and wait for a new one to adopt it.
+			if c := w.waitAdoption(); c != nil {
+				w.mu.Lock()
+				w.conn = c
+				w.mu.Unlock()
+				continue
 			}
+			w.readErr = nil
+			w.startDrain(Drain{Reason: fmt.Sprintf("supervisor gone; no supervisor adopted this worker within %s", w.hello.Orphans.Timeout)})
+			return
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 			err = nil
@@ -143,6 +148,161 @@ func (w *Worker) read() {
 		w.startDrain(Drain{Reason: reason})
 		return
 	}
+}
+
+// receive handles the supervisor's messages on c until it fails.
+func (w *Worker) receive(c *Conn) error {
+	for {
+		fr, files, err := c.Receive()
+		for _, f := range files {
+			f.Close() // only a hello may carry descriptors
+		}
+		if err == nil && len(files) > 0 {
+			err = fmt.Errorf("%w: descriptors with %s", ErrUnexpected, fr.Type)
+		}
+		if err != nil {
+			return err
+		}
+		if fr.Type != TypeDrain {
+			return fmt.Errorf("%w: %s from the supervisor", ErrUnexpected, fr.Type)
+		}
+		var d Drain
+		if err := fr.Unmarshal(&d); err != nil {
+			return err
+		}
+		w.startDrain(d)
+	}
+}
+
+// supervisor returns the current connection to the supervisor.
+func (w *Worker) supervisor() *Conn {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.conn
+}
+
+// orphanable reports whether the worker outlives its supervisor: it was
+// asked to (Hello.Orphans), serves, and was not told to drain.
+func (w *Worker) orphanable() bool {
+	w.mu.Lock()
+	ready := w.ready
+	w.mu.Unlock()
+	select {
+	case <-w.draining:
+		return false
+	case <-w.closing:
+		return false
+	default:
+	}
+	return ready && w.hello.Orphans != nil && w.hello.Orphans.Timeout > 0
+}
+
+// AdoptionTimeout bounds an adoption's exchange, once a supervisor has
+// connected.
+const AdoptionTimeout = 10 * time.Second
+
+// waitAdoption listens on the worker's abstract socket until a supervisor
+// of the same uid (or root) adopts it, and returns the new connection; nil
+// when none did within Hello.Orphans.Timeout, or Close was called.
+func (w *Worker) waitAdoption() *Conn {
+	o := w.hello.Orphans
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: "@" + fmt.Sprintf("%s/%d", o.Name, os.Getpid()), Net: "unixpacket"})
+	if err != nil {
+		return nil
+	}
+	w.mu.Lock()
+	w.orphanLn = ln
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.orphanLn = nil
+		w.mu.Unlock()
+		ln.Close()
+	}()
+	select {
+	case <-w.closing:
+		return nil // Close came before the listener was in place
+	default:
+	}
+	ln.SetDeadline(time.Now().Add(o.Timeout))
+	for {
+		uc, err := ln.AcceptUnix()
+		if err != nil {
+			return nil // the timeout, or Close
+		}
+		if c := w.adoptedBy(uc); c != nil {
+			return c
+		}
+	}
+}
+
+// adoptedBy runs an adoption on uc: the peer must be root or this
+// worker's uid; it gets an Orphan with the listening sockets and answers
+// Adopted.
+func (w *Worker) adoptedBy(uc *net.UnixConn) *Conn {
+	if uid, err := PeerUID(uc); err != nil || (uid != 0 && uid != os.Geteuid()) {
+		uc.Close()
+		return nil
+	}
+	c := newConn(uc)
+	c.uc.SetDeadline(time.Now().Add(AdoptionTimeout))
+	o := Orphan{Generation: w.hello.Generation, Slot: w.hello.Slot, Workers: w.hello.Workers, Config: w.hello.Config}
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, l := range w.listeners {
+		info := l.ListenerInfo
+		for _, ln := range l.Listeners {
+			f, err := dupListener(ln)
+			if err != nil {
+				c.Close()
+				return nil
+			}
+			files = append(files, f)
+		}
+		o.Listeners = append(o.Listeners, info)
+	}
+	if err := c.Send(TypeOrphan, o, files...); err != nil {
+		c.Close()
+		return nil
+	}
+	fr, rfiles, err := c.Receive()
+	for _, f := range rfiles {
+		f.Close()
+	}
+	if err != nil || fr.Type != TypeAdopted {
+		c.Close()
+		return nil
+	}
+	c.uc.SetDeadline(time.Time{})
+	return c
+}
+
+// dupListener returns a close-on-exec duplicate of a listener's socket,
+// without changing its blocking mode.
+func dupListener(ln net.Listener) (*os.File, error) {
+	sc, ok := ln.(syscall.Conn)
+	if !ok {
+		return nil, fmt.Errorf("ipc: %T has no descriptor", ln)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	nfd := -1
+	var derr error
+	if err := rc.Control(func(fd uintptr) {
+		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	return os.NewFile(uintptr(nfd), "listener"), nil
 }
 
 func (w *Worker) startDrain(d Drain) {
@@ -161,16 +321,22 @@ func (w *Worker) Listeners() []Listener { return w.listeners }
 // Ready tells the supervisor that the worker serves. Call it only once every
 // listener is being accepted on: the previous generation starts to drain when
 // every worker of this one is ready.
-func (w *Worker) Ready() error { return w.conn.Send(TypeReady, Ready{}) }
+func (w *Worker) Ready() error {
+	w.mu.Lock()
+	w.ready = true
+	w.mu.Unlock()
+	return w.supervisor().Send(TypeReady, Ready{})
+}
 
 // Fail tells the supervisor that the worker cannot serve, and why. The worker
 // should exit afterwards.
 func (w *Worker) Fail(reason string) error {
-	return w.conn.Send(TypeFailed, Failed{Reason: reason})
+	return w.supervisor().Send(TypeFailed, Failed{Reason: reason})
 }
 
 // SendStats reports the worker's counters.
-func (w *Worker) SendStats(s Stats) error { return w.conn.Send(TypeStats, s) }
+// While the worker is an orphan, the report is lost (an error).
+func (w *Worker) SendStats(s Stats) error { return w.supervisor().Send(TypeStats, s) }
 
 // Draining is closed when the worker must drain: the supervisor said so, or
 // it is gone (its end of the socket closed). DrainInfo then says until when.
@@ -186,7 +352,18 @@ func (w *Worker) DrainInfo() Drain {
 // Close closes the connection to the supervisor and the worker's listeners,
 // and waits for the receiving goroutine. The supervisor sees EOF.
 func (w *Worker) Close() error {
-	err := w.conn.Close()
+	w.mu.Lock()
+	select {
+	case <-w.closing:
+	default:
+		close(w.closing)
+	}
+	if w.orphanLn != nil {
+		w.orphanLn.Close()
+	}
+	c := w.conn
+	w.mu.Unlock()
+	err := c.Close()
 	<-w.readDone
 	w.closeListeners()
 	return err

@@ -32,35 +32,49 @@ const (
 // 0700 when missing. The directory must be baton's own and writable by no
 // one else, or another local user could swap the socket and answer for
 // baton. A socket file left by a dead supervisor is replaced; a live one is
-// an error.
-func listenControl(path string) (*net.UnixListener, error) {
+// an error. The returned lock (an flock on path.lock, held until it is
+// closed) keeps two supervisors starting at once from both replacing a
+// stale socket, and from both adopting its orphans.
+func listenControl(path string) (*net.UnixListener, *os.File, error) {
 	dir := filepath.Dir(path)
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("control socket directory: %w", err)
+			return nil, nil, fmt.Errorf("control socket directory: %w", err)
 		}
 	}
 	if err := checkControlDir(dir); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("control socket lock: %w", err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, nil, fmt.Errorf("control socket %s: another baton holds its lock (%s.lock): %w", path, path, err)
+	}
+	fail := func(err error) (*net.UnixListener, *os.File, error) {
+		lock.Close()
+		return nil, nil, err
 	}
 	if c, err := net.Dial("unix", path); err == nil {
 		c.Close()
-		return nil, fmt.Errorf("control socket %s: another baton is running", path)
+		return fail(fmt.Errorf("control socket %s: another baton is running", path))
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("control socket %s: remove stale socket: %w", path, err)
+		return fail(fmt.Errorf("control socket %s: remove stale socket: %w", path, err))
 	}
 	old := unix.Umask(0o177) // the socket is created 0600 from the start
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	unix.Umask(old)
 	if err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
+		return fail(fmt.Errorf("control socket: %w", err))
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("control socket: %w", err)
+		return fail(fmt.Errorf("control socket: %w", err))
 	}
-	return ln, nil
+	return ln, lock, nil
 }
 
 // checkControlDir refuses a control socket directory that is not a

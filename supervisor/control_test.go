@@ -43,7 +43,7 @@ func TestControlDirMustBeOurs(t *testing.T) {
 		if err := checkControlDir(theirs); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
 			t.Fatalf("another user's directory: %v", err)
 		}
-		if _, err := listenControl(filepath.Join(theirs, "control.sock")); err == nil {
+		if _, _, err := listenControl(filepath.Join(theirs, "control.sock")); err == nil {
 			t.Fatal("listenControl took another user's directory")
 		}
 	}

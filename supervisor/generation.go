@@ -191,15 +191,21 @@ func (s *Supervisor) launch(sl *slot) error {
 func helloFor(sl *slot) (ipc.Hello, []*os.File) {
 	g := sl.gen
 	hello := ipc.Hello{Generation: g.id, Slot: sl.index, Workers: len(g.slots), Config: g.cfg.Payload}
+	if g.cfg.OrphanTimeout > 0 {
+		hello.Orphans = &ipc.Orphans{Name: orphanName(g.cfg.ControlSocket), Timeout: g.cfg.OrphanTimeout}
+	}
 	var files []*os.File
 	for _, pl := range g.plan.listeners {
 		idx := socketsForSlot(sl.index, len(g.slots), len(pl.group.sockets))
 		hello.Listeners = append(hello.Listeners, ipc.ListenerInfo{
-			Name:     pl.spec.Name,
-			Network:  pl.group.network,
-			Address:  pl.group.address,
-			Protocol: pl.spec.Protocol,
-			Sockets:  idx,
+			Name:      pl.spec.Name,
+			Key:       pl.group.key,
+			Network:   pl.group.network,
+			Address:   pl.group.address,
+			Protocol:  pl.spec.Protocol,
+			ReusePort: pl.group.reusePort,
+			GroupSize: len(pl.group.sockets),
+			Sockets:   idx,
 		})
 		for _, i := range idx {
 			files = append(files, pl.group.sockets[i].file)
@@ -422,23 +428,30 @@ func (s *Supervisor) promote(g *generation) {
 		s.drain(old, fmt.Sprintf("handoff to generation %d", g.id), time.Now().Add(g.cfg.DrainTimeout))
 	}
 	s.finishHandoff(h, OutcomeOK, "")
-	if !st.ready {
-		st.ready = true
-		if upg := s.opts.Upgrader; upg != nil && upg.HasParent() {
-			// systemd tracks this process from now on, before the
-			// previous one learns it may go (NotifyAccess=all).
-			s.notify(sdnotify.MainPID(os.Getpid()), sdnotify.Ready, s.notifyStatus())
-		} else {
-			s.notify(sdnotify.Ready, s.notifyStatus())
-		}
-		if upg := s.opts.Upgrader; upg != nil {
-			// Tells a previous supervisor that it may drain and exit.
-			if err := upg.Ready(); err != nil {
-				s.log.Error("upgrader ready", zap.Error(err))
-			}
+	s.becameReady()
+	s.runPending()
+}
+
+// becameReady, the first time a generation serves, tells systemd and a
+// previous supervisor (which may then drain and exit).
+func (s *Supervisor) becameReady() {
+	st := &s.state
+	if st.ready {
+		return
+	}
+	st.ready = true
+	if upg := s.opts.Upgrader; upg != nil && upg.HasParent() {
+		// systemd tracks this process from now on, before the previous
+		// one learns it may go (NotifyAccess=all).
+		s.notify(sdnotify.MainPID(os.Getpid()), sdnotify.Ready, s.notifyStatus())
+	} else {
+		s.notify(sdnotify.Ready, s.notifyStatus())
+	}
+	if upg := s.opts.Upgrader; upg != nil {
+		if err := upg.Ready(); err != nil {
+			s.log.Error("upgrader ready", zap.Error(err))
 		}
 	}
-	s.runPending()
 }
 
 // failGeneration kills a starting generation; the active one keeps serving.

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -119,10 +120,27 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		ctl.SetUnlinkOnClose(!st.upgraded)
 		ctl.Close()
 		s.owned.Wait()
+		if s.ctlLock != nil {
+			s.ctlLock.Close()
+		}
 	}()
 	stopOnCancel := context.AfterFunc(ctx, func() { s.Stop(false) })
 	defer stopOnCancel()
 
+	upgrade := s.opts.Upgrader != nil && s.opts.Upgrader.HasParent()
+	if !upgrade {
+		if g := s.adopt(cfg); g != nil {
+			// A supervisor with this control socket died and its
+			// workers serve: they are ours now. Another config is an
+			// ordinary handoff away.
+			s.becameReady()
+			if !bytes.Equal(g.cfg.Payload, cfg.Payload) {
+				st.pending = append(st.pending, reloadEvent{trigger: "config"})
+				s.runPending()
+			}
+			return s.run(activated)
+		}
+	}
 	trigger := "start"
 	from := s.takeUpgradeState()
 	if from != 0 {
@@ -134,12 +152,19 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		close(s.done)
 		return fmt.Errorf("%w: %s", ErrStartFailed, h.Reason)
 	}
+	return s.run(activated)
+}
+
+// run warns about unused activated sockets and runs the loop until a stop
+// has finished.
+func (s *Supervisor) run(activated []*activated) error {
+	st := &s.state
 	for _, a := range activated {
 		if !a.used {
 			s.log.Warn("socket activation: no listener takes this socket (match its FileDescriptorName= to a listener name, or its address)", zap.String("name", a.name), zap.String("address", a.addr))
 		}
 	}
-	s.log.Info("supervisor started", zap.Int("pid", os.Getpid()), zap.String("control", cfg.ControlSocket), zap.String("binary", s.opts.Binary))
+	s.log.Info("supervisor started", zap.Int("pid", os.Getpid()), zap.String("control", st.cfg.ControlSocket), zap.String("binary", s.opts.Binary))
 	s.loop()
 	close(s.done)
 	return st.runErr

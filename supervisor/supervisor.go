@@ -65,6 +65,10 @@ type Config struct {
 	// MaxDraining bounds the generations draining at once: past it, the
 	// oldest is stopped early (killed after EarlyStopGrace). 0: no bound.
 	MaxDraining int
+	// OrphanTimeout: when the supervisor dies, its serving workers keep
+	// serving and wait this long for a new supervisor (same control
+	// socket) to adopt them, then drain and exit. 0: they drain at once.
+	OrphanTimeout time.Duration
 	// WorkerTimeout: a ready worker of the active generation that has
 	// reported stats and then sends nothing for this long is killed and
 	// restarted in its slot. 0: never.
@@ -173,7 +177,8 @@ type Supervisor struct {
 	done   chan struct{} // closed when the loop has ended
 	owned  sync.WaitGroup
 
-	ctl *net.UnixListener // the control socket, set by Run
+	ctl     *net.UnixListener // the control socket, set by Run
+	ctlLock *os.File          // its lock, when this process made the socket
 
 	// The rest is owned by the loop.
 	state loopState

@@ -37,7 +37,12 @@ func (s *Supervisor) controlListener(path string) (*net.UnixListener, error) {
 			return ul, nil
 		}
 	}
-	return listenControl(path)
+	ln, lock, err := listenControl(path)
+	if err != nil {
+		return nil, err
+	}
+	s.ctlLock = lock
+	return ln, nil
 }
 
 // handleUpgrade lends every socket, the control socket and the loop's

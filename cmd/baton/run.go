@@ -142,6 +142,7 @@ func loadSupervisorConfig(path string) (*supervisor.Config, error) {
 		ShutdownDelay: cfg.ShutdownDelay.Std(),
 		WorkerTimeout: cfg.WorkerTimeout.Std(),
 		MaxDraining:   cfg.MaxDraining,
+		OrphanTimeout: cfg.OrphanTimeout.Std(),
 
 		WorkerCredential: cred,
 		Payload:          payload,

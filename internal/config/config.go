@@ -24,6 +24,7 @@ const (
 	DefaultStopTimeout       = 30 * time.Second
 	DefaultWorkerTimeout     = 10 * time.Second
 	DefaultMaxDraining       = 4
+	DefaultOrphanTimeout     = 5 * time.Minute
 	DefaultWorkers           = 1
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout       = 60 * time.Second
@@ -73,6 +74,11 @@ type Config struct {
 	// oldest draining generation is stopped early (its workers killed
 	// after a second). Default 4.
 	MaxDraining int `json:"maxDraining,omitempty"`
+	// OrphanTimeout: when the supervisor dies (SIGKILL, OOM), its serving
+	// workers keep serving and wait this long for the next baton run
+	// with the same control socket to adopt them; then they drain and
+	// exit. Default 5m; "0s" is not allowed (use a short one).
+	OrphanTimeout Duration `json:"orphanTimeout,omitempty"`
 	// WorkerTimeout: a worker of the active generation that sends no
 	// message (stats come every second) for this long is killed and
 	// restarted in its slot. Default 10s.
@@ -306,6 +312,7 @@ func (c *Config) setDefaults() {
 	setDuration(&c.DrainTimeout, DefaultDrainTimeout)
 	setDuration(&c.StopTimeout, DefaultStopTimeout)
 	setDuration(&c.WorkerTimeout, DefaultWorkerTimeout)
+	setDuration(&c.OrphanTimeout, DefaultOrphanTimeout)
 	if c.MaxDraining == 0 {
 		c.MaxDraining = DefaultMaxDraining
 	}

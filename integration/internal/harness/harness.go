@@ -95,6 +95,23 @@ func StartWith(t testing.TB, cli, cfg string, prepare func(*exec.Cmd)) *Baton {
 	b.Socket = filepath.Join(dir, "run", "control.sock")
 	CopyFile(t, cli, b.Bin)
 	b.WriteConfig(cfg)
+	b.run(prepare)
+	return b
+}
+
+// Rerun starts `baton run` again with prev's binary, config and folder
+// (its control socket too), as an operator restarts a supervisor that
+// died, and waits for it to serve.
+func Rerun(t testing.TB, prev *Baton) *Baton {
+	t.Helper()
+	b := &Baton{t: t, cli: prev.cli, Dir: prev.Dir, Bin: prev.Bin, Config: prev.Config, Socket: prev.Socket, Logs: &LogFile{Path: prev.Logs.Path + ".2"}, Exited: make(chan struct{})}
+	b.run(nil)
+	return b
+}
+
+// run starts the supervisor and waits until a generation is active.
+func (b *Baton) run(prepare func(*exec.Cmd)) {
+	t := b.t
 	b.Cmd = exec.Command(b.Bin, "--log-format", "json", "run", "--config", b.Config)
 	// A file, not a pipe: a supervisor started by an upgrade inherits it,
 	// and Wait must not wait for that one to close it.
@@ -127,7 +144,6 @@ func StartWith(t testing.TB, cli, cfg string, prepare func(*exec.Cmd)) *Baton {
 		st, err := b.TryStatus()
 		return err == nil && st.ActiveGeneration > 0
 	})
-	return b
 }
 
 // WriteConfig replaces the config file.
