@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -127,4 +128,30 @@ func TestOrphansDrainWhenNotAdopted(t *testing.T) {
 		return true
 	})
 	t.Logf("orphans gone %s after their supervisor's SIGKILL (orphanTimeout 2s)", time.Since(killed).Round(time.Millisecond))
+}
+
+// TestAdoptionThenNewConfig: the supervisor restarted after a death with
+// another config adopts the workers, then hands off to the new config at
+// once.
+func TestAdoptionThenNewConfig(t *testing.T) {
+	be := startBackend(t)
+	cfg := options{workers: 2, reusePort: true, extra: "orphanTimeout: 1m\n"}.configYAML(be)
+	b := startBaton(t, cfg)
+	web := b.Address("web")
+	killOnCleanup(t, b.ActiveWorkers())
+	if err := b.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-b.Exited
+	b.WriteConfig(strings.Replace(cfg, "workers: 2", "workers: 3", 1))
+	b2 := harness.Rerun(t, b)
+	waitFor(t, 30*time.Second, "the handoff to the new config", func() bool {
+		st := b2.Status()
+		n := len(st.Handoffs)
+		return n >= 2 && st.Handoffs[n-2].Trigger == "adopt" && st.Handoffs[n-1].Trigger == "config" && st.Handoffs[n-1].Outcome == supervisor.OutcomeOK
+	})
+	if n := len(b2.ActiveWorkers()); n != 3 {
+		t.Errorf("%d active workers after the handoff, want the new config's 3", n)
+	}
+	getOK(t, http.DefaultClient, "http://"+web+"/")
 }
