@@ -465,9 +465,9 @@ func (hc *h1conn) sendRequest(uc *upConn, rt *route) error {
 // interim (1xx) responses other than 101. A head that breaks a rule is an
 // upstream failure.
 func (hc *h1conn) readResponseHead(uc *upConn, b *backend) error {
-	// Exactly responseTimeout from now: it is the operator's bound on
-	// the time to a response head.
-	uc.rd.SetDeadline(time.Now().Add(b.responseTimeout))
+	// The operator's bound on the time to a response head: within a
+	// tenth of it (and a second).
+	uc.rd.ExtendDeadlineNear(time.Now(), b.responseTimeout)
 	for {
 		head, err := uc.rd.ReadResponseHead()
 		if err != nil {

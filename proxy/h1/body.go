@@ -42,7 +42,7 @@ func (b *Body) more() error {
 	if err := b.Dst.Flush(); err != nil {
 		return &WriteError{err}
 	}
-	b.Src.ExtendDeadline(time.Now(), b.Timeout)
+	b.Src.ExtendDeadlineNear(time.Now(), b.Timeout)
 	if err := b.Src.Fill(); err != nil {
 		if err == ErrHeadTooLarge {
 			return errChunkLine // a chunk line as long as the whole buffer

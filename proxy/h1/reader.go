@@ -52,6 +52,18 @@ func (rd *Reader) ExtendDeadline(now time.Time, timeout time.Duration) {
 	}
 }
 
+// ExtendDeadlineNear is ExtendDeadline for a timeout an operator chose:
+// the deadline moves whenever it is more than a tenth of the timeout (at
+// most a second) short of now+timeout, so a wait times out after 90% to
+// 100% of it (within a second), while a busy connection still resets its
+// timer rarely.
+func (rd *Reader) ExtendDeadlineNear(now time.Time, timeout time.Duration) {
+	slack := min(timeout/10, time.Second)
+	if rd.dl.Sub(now) < timeout-slack {
+		rd.SetDeadline(now.Add(timeout))
+	}
+}
+
 // SetDeadline sets the read deadline to t.
 func (rd *Reader) SetDeadline(t time.Time) {
 	rd.dl = t
