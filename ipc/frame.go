@@ -74,6 +74,7 @@ const (
 	TypeStats    Type = 5
 	TypeOrphan   Type = 6
 	TypeAdopted  Type = 7
+	TypeTickets  Type = 8
 	TypeRequest  Type = 16
 	TypeResponse Type = 17
 )
@@ -86,6 +87,7 @@ var typeNames = map[Type]string{
 	TypeStats:    "stats",
 	TypeOrphan:   "orphan",
 	TypeAdopted:  "adopted",
+	TypeTickets:  "tickets",
 	TypeRequest:  "request",
 	TypeResponse: "response",
 }

@@ -18,6 +18,11 @@ type Hello struct {
 	Listeners []ListenerInfo `json:"listeners"`
 	// Config is the worker's configuration, opaque to the protocol.
 	Config json.RawMessage `json:"config,omitempty"`
+	// TicketKeys are the TLS session-ticket keys, newest first: the first
+	// encrypts, all decrypt. The supervisor owns them, rotates them (a
+	// Tickets message), and hands the same ones to every worker and every
+	// generation, so that a client resumes its session on any of them.
+	TicketKeys [][]byte `json:"ticketKeys,omitempty"`
 	// Orphans, when set, asks the worker to outlive its supervisor: if the
 	// supervisor dies while the worker serves, the worker keeps serving
 	// and waits to be adopted (see Orphans). Nil: drain at once.
@@ -45,6 +50,9 @@ type Orphan struct {
 	Workers    int             `json:"workers"`
 	Listeners  []ListenerInfo  `json:"listeners"`
 	Config     json.RawMessage `json:"config,omitempty"`
+	// TicketKeys are the worker's session-ticket keys, so that the
+	// adopting supervisor can keep sessions resumable.
+	TicketKeys [][]byte `json:"ticketKeys,omitempty"`
 }
 
 // Files is the number of descriptors the orphan's listeners announce.
@@ -54,6 +62,11 @@ func (o *Orphan) Files() int {
 		n += len(l.Sockets)
 	}
 	return n
+}
+
+// Tickets replaces a worker's TLS session-ticket keys after a rotation.
+type Tickets struct {
+	Keys [][]byte `json:"keys"`
 }
 
 // Adopted answers an Orphan: the connection is the worker's supervisor

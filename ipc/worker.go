@@ -24,11 +24,13 @@ const HelloTimeout = 30 * time.Second
 // Worker is a worker's side of the protocol: the hello it received, its
 // listeners, and the way to say ready and to learn when to drain.
 type Worker struct {
-	mu       sync.Mutex // protects conn, ready and orphanLn
-	conn     *Conn      // to the supervisor; a new one after an adoption
-	ready    bool       // Ready was sent: the worker serves
-	orphanLn *net.UnixListener
-	closing  chan struct{} // closed by Close
+	mu        sync.Mutex // protects conn, ready, orphanLn, tickets and onTickets
+	conn      *Conn      // to the supervisor; a new one after an adoption
+	ready     bool       // Ready was sent: the worker serves
+	orphanLn  *net.UnixListener
+	tickets   [][]byte
+	onTickets func([][]byte)
+	closing   chan struct{} // closed by Close
 
 	hello     Hello
 	listeners []Listener
@@ -97,6 +99,7 @@ func handshake(c *Conn) (*Worker, error) {
 	if err := fr.Unmarshal(&w.hello); err != nil {
 		return nil, err
 	}
+	w.tickets = w.hello.TicketKeys
 	if got, want := len(files), w.hello.Files(); got != want {
 		return nil, fmt.Errorf("%w: hello announces %d descriptors, %d came", ErrMalformed, want, got)
 	}
@@ -163,14 +166,22 @@ func (w *Worker) receive(c *Conn) error {
 		if err != nil {
 			return err
 		}
-		if fr.Type != TypeDrain {
+		switch fr.Type {
+		case TypeDrain:
+			var d Drain
+			if err := fr.Unmarshal(&d); err != nil {
+				return err
+			}
+			w.startDrain(d)
+		case TypeTickets:
+			var t Tickets
+			if err := fr.Unmarshal(&t); err != nil {
+				return err
+			}
+			w.setTickets(t.Keys)
+		default:
 			return fmt.Errorf("%w: %s from the supervisor", ErrUnexpected, fr.Type)
 		}
-		var d Drain
-		if err := fr.Unmarshal(&d); err != nil {
-			return err
-		}
-		w.startDrain(d)
 	}
 }
 
@@ -246,7 +257,7 @@ func (w *Worker) adoptedBy(uc *net.UnixConn) *Conn {
 	}
 	c := newConn(uc)
 	c.uc.SetDeadline(time.Now().Add(AdoptionTimeout))
-	o := Orphan{Generation: w.hello.Generation, Slot: w.hello.Slot, Workers: w.hello.Workers, Config: w.hello.Config}
+	o := Orphan{Generation: w.hello.Generation, Slot: w.hello.Slot, Workers: w.hello.Workers, Config: w.hello.Config, TicketKeys: w.TicketKeys()}
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
@@ -310,6 +321,31 @@ func (w *Worker) startDrain(d Drain) {
 		w.drain = d
 		close(w.draining)
 	})
+}
+
+// TicketKeys returns the TLS session-ticket keys, newest first.
+func (w *Worker) TicketKeys() [][]byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.tickets
+}
+
+// OnTicketKeys has fn called with the keys at each rotation (from the
+// receiving goroutine: fn must not block).
+func (w *Worker) OnTicketKeys(fn func([][]byte)) {
+	w.mu.Lock()
+	w.onTickets = fn
+	w.mu.Unlock()
+}
+
+func (w *Worker) setTickets(keys [][]byte) {
+	w.mu.Lock()
+	w.tickets = keys
+	fn := w.onTickets
+	w.mu.Unlock()
+	if fn != nil {
+		fn(keys)
+	}
 }
 
 // Hello returns the hello the supervisor sent.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,7 @@ const lingerTimeout = 2 * time.Second
 type h1conn struct {
 	f      *httpFrontend
 	c      net.Conn
+	tls    *tls.Conn // c, when the listener terminates TLS
 	rd     *h1.Reader
 	cw     countWriter // c, counting what was written
 	bw     *bufio.Writer
@@ -75,6 +77,9 @@ const (
 // serve runs the connection until it closes.
 func (hc *h1conn) serve() {
 	defer hc.finish()
+	if hc.tls != nil && !hc.handshake() {
+		return
+	}
 	for first := true; ; first = false {
 		head, err := hc.readRequestHead(first)
 		if err != nil {
@@ -88,6 +93,27 @@ func (hc *h1conn) serve() {
 			return
 		}
 	}
+}
+
+// handshake runs the TLS handshake, within readHeaderTimeout, and hands a
+// connection that chose HTTP/2 (ALPN) to the HTTP/2 server. It reports
+// whether HTTP/1.1 goes on here.
+func (hc *h1conn) handshake() bool {
+	timeout := hc.f.p.cfg.HTTP.ReadHeaderTimeout.Std()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := hc.tls.HandshakeContext(ctx); err != nil {
+		hc.f.p.stats.tlsHandshakeErrors.Add(1)
+		hc.f.p.log.Debug("tls handshake", zap.String("listener", hc.f.name), zap.ByteString("client", hc.client), zap.Error(err))
+		return false
+	}
+	if hc.tls.ConnectionState().NegotiatedProtocol == "h2" {
+		if hc.f.h2.hand(hc.tls) {
+			hc.c, hc.tls = nil, nil // the HTTP/2 server owns it now
+		}
+		return false
+	}
+	return true
 }
 
 // readRequestHead waits for the next request head. It returns nil, nil
@@ -431,7 +457,11 @@ func (hc *h1conn) sendRequest(uc *upConn, rt *route) error {
 	if hc.bodyState == bodyWhole {
 		framing = h1.Framing{Length: int64(len(hc.body.b))}
 	}
-	req.WriteHead(uc.bw, framing, &h1.Forwarded{For: hc.client, Proto: "http", Host: uc.pool.addr})
+	proto := "http"
+	if hc.tls != nil {
+		proto = "https"
+	}
+	req.WriteHead(uc.bw, framing, &h1.Forwarded{For: hc.client, Proto: proto, Host: uc.pool.addr})
 	var err error
 	switch hc.bodyState {
 	case bodyWhole:
@@ -724,8 +754,9 @@ func (hc *h1conn) finish() {
 	if hc.c != nil {
 		// Closing with unread input resets the connection, which can
 		// destroy the last response before the client reads it: then
-		// close our side, and read until the client closes its own.
-		if len(hc.rd.Buffered()) > 0 || pendingInput(hc.c) {
+		// close our side, and read until the client closes its own. (A
+		// TLS connection just closes: its close_notify says the end.)
+		if hc.tls == nil && (len(hc.rd.Buffered()) > 0 || pendingInput(hc.c)) {
 			if cw, ok := hc.c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
 				hc.c.SetReadDeadline(time.Now().Add(lingerTimeout))
 				io.Copy(io.Discard, hc.c)

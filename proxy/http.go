@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -28,6 +29,7 @@ const drainPoll = 5 * time.Millisecond
 type httpFrontend struct {
 	name  string
 	p     *Proxy
+	tls   *tls.Config // terminate TLS when set
 	acc   acceptor
 	conns sync.WaitGroup // h1conn goroutines
 	// inflight counts HTTP/2 requests and upgraded tunnels.
@@ -55,6 +57,12 @@ func (f *httpFrontend) serve(lns []net.Listener) {
 }
 
 func (f *httpFrontend) newConn(c net.Conn) *h1conn {
+	var tc *tls.Conn
+	if f.tls != nil {
+		// The handshake happens in the connection's goroutine.
+		tc = tls.Server(c, f.tls)
+		c = tc
+	}
 	hc, _ := f.pool.Get().(*h1conn)
 	if hc == nil {
 		hc = &h1conn{f: f, rd: h1.NewReader(c, f.p.cfg.HTTP.MaxHeaderBytes)}
@@ -63,7 +71,7 @@ func (f *httpFrontend) newConn(c net.Conn) *h1conn {
 		hc.rd.Reset(c)
 		hc.bw.Reset(&hc.cw)
 	}
-	hc.c, hc.cw.c = c, c
+	hc.c, hc.cw.c, hc.tls = c, c, tc
 	hc.wdl = time.Time{}
 	hc.state.Store(connActive)
 	hc.client = hc.client[:0]
@@ -83,7 +91,7 @@ func (f *httpFrontend) forget(hc *h1conn) {
 	f.mu.Unlock()
 	f.p.stats.conns.Add(-1)
 	if hc.rd.Small() { // keep only small buffers
-		hc.c, hc.cw.c = nil, nil
+		hc.c, hc.cw.c, hc.tls = nil, nil, nil
 		hc.rd.Reset(nil)
 		hc.bw.Reset(&hc.cw)
 		f.pool.Put(hc)
@@ -159,6 +167,7 @@ func newH2Server(f *httpFrontend) *h2Server {
 	s := &h2Server{f: f, ln: newChanListener()}
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
+	protocols.SetHTTP2(true) // over TLS, when ALPN chose h2
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: f.p.cfg.HTTP.ReadHeaderTimeout.Std(),

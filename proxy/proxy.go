@@ -10,6 +10,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -44,6 +45,11 @@ type Proxy struct {
 	reaper     sync.WaitGroup
 	// logDropped reports the worker's dropped log lines; nil: none.
 	logDropped func() uint64
+	// tlsConfigs are the TLS listeners' configs, built by Serve.
+	tlsConfigs []*tls.Config
+	// TicketKeys, set before Serve, are the TLS session-ticket keys to
+	// start with (newest first); setTicketKeys replaces them.
+	TicketKeys [][]byte
 }
 
 // counters are the worker's statistics, reported to the supervisor.
@@ -52,6 +58,8 @@ type counters struct {
 	accepted atomic.Uint64
 	requests atomic.Uint64
 	errors   atomic.Uint64
+	// tlsHandshakeErrors counts failed TLS handshakes.
+	tlsHandshakeErrors atomic.Uint64
 }
 
 // New compiles cfg's backends and routes.
@@ -86,18 +94,33 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 		if len(lns) == 0 {
 			return fmt.Errorf("listener %q: no socket handed over", lc.Name)
 		}
+		var tc *tls.Config
+		if lc.TLS != nil {
+			alpn := []string{"h2", "http/1.1"}
+			if lc.Protocol == config.ProtocolTCP {
+				alpn = nil
+			}
+			var err error
+			if tc, err = newTLSConfig(lc.TLS, alpn); err != nil {
+				return fmt.Errorf("listener %q: %w", lc.Name, err)
+			}
+			p.tlsConfigs = append(p.tlsConfigs, tc)
+		}
 		switch lc.Protocol {
 		case config.ProtocolHTTP:
 			f := newHTTPFrontend(lc.Name, p)
+			f.tls = tc
 			p.https = append(p.https, f)
 			f.serve(lns)
 		case config.ProtocolTCP:
 			rt := p.router.match(lc.Name, "", "")
 			f := newTCPFrontend(lc.Name, p, rt.backend)
+			f.tls = tc
 			p.tcps = append(p.tcps, f)
 			f.serve(lns)
 		}
 	}
+	p.setTicketKeys(p.TicketKeys)
 	p.reaper.Go(p.reapIdle)
 	return nil
 }

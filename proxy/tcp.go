@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"sync"
 
@@ -13,6 +14,7 @@ type tcpFrontend struct {
 	name    string
 	p       *Proxy
 	backend *backend
+	tls     *tls.Config // terminate TLS when set
 	acc     acceptor
 	streams sync.WaitGroup // proxied streams
 
@@ -27,6 +29,9 @@ func newTCPFrontend(name string, p *Proxy, b *backend) *tcpFrontend {
 
 func (f *tcpFrontend) serve(lns []net.Listener) {
 	f.acc.start(f.p, f.name, lns, func(c net.Conn) {
+		if f.tls != nil {
+			c = tls.Server(c, f.tls) // the handshake happens in the copy
+		}
 		f.mu.Lock()
 		f.conns[c] = nil
 		f.mu.Unlock()

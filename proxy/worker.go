@@ -37,6 +37,8 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 	}
 	p := New(cfg, log)
 	p.logDropped = logDropped
+	p.TicketKeys = w.TicketKeys()
+	w.OnTicketKeys(p.setTicketKeys)
 	if targets := p.KubeTargets(); len(targets) > 0 {
 		// Ready means routes installed: wait for the caches to sync and
 		// the first endpoints to be in place before serving.

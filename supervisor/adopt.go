@@ -97,6 +97,11 @@ func (s *Supervisor) adopt(cfg *Config) *generation {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	// The newest generation's session-ticket keys keep its clients'
+	// sessions resumable.
+	if keys := byGen[ids[len(ids)-1]][0].msg.TicketKeys; len(keys) > 0 {
+		st.ticketKeys = keys
+	}
 	h := s.newHandoff("adopt", len(orphans))
 	var active *generation
 	for _, id := range ids {

@@ -177,7 +177,7 @@ func (s *Supervisor) launch(sl *slot) error {
 	go s.readProc(p)
 	go s.waitProc(p)
 
-	hello, files := helloFor(sl)
+	hello, files := s.helloFor(sl)
 	if err := conn.Send(ipc.TypeHello, hello, files...); err != nil {
 		// The process is gone or broken; its exit decides what follows.
 		sl.log().Warn("sending hello failed; killing worker", zap.Error(err))
@@ -188,9 +188,9 @@ func (s *Supervisor) launch(sl *slot) error {
 }
 
 // helloFor builds sl's hello and the descriptors that go with it.
-func helloFor(sl *slot) (ipc.Hello, []*os.File) {
+func (s *Supervisor) helloFor(sl *slot) (ipc.Hello, []*os.File) {
 	g := sl.gen
-	hello := ipc.Hello{Generation: g.id, Slot: sl.index, Workers: len(g.slots), Config: g.cfg.Payload}
+	hello := ipc.Hello{Generation: g.id, Slot: sl.index, Workers: len(g.slots), Config: g.cfg.Payload, TicketKeys: s.state.ticketKeys}
 	if g.cfg.OrphanTimeout > 0 {
 		hello.Orphans = &ipc.Orphans{Name: orphanName(g.cfg.ControlSocket), Timeout: g.cfg.OrphanTimeout}
 	}

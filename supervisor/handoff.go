@@ -108,6 +108,7 @@ func (s *Supervisor) runPending() {
 		s.finishHandoff(h, OutcomeRefused, err.Error())
 		return
 	}
+	s.logWarnings(cfg)
 	if cfg.ControlSocket != st.cfg.ControlSocket {
 		// Moving it would strand every client that finds the socket
 		// through the config file (docs/operations.md says so too).
@@ -274,4 +275,11 @@ func (s *Supervisor) notifyStatus() string {
 		}
 	}
 	return sdnotify.Status(b.String())
+}
+
+// logWarnings logs what loading cfg found wrong but not fatal.
+func (s *Supervisor) logWarnings(cfg *Config) {
+	for _, w := range cfg.Warnings {
+		s.log.Warn("config: " + w)
+	}
 }

@@ -27,6 +27,8 @@ type loopState struct {
 	stopping        bool
 	shutdownAt      time.Time // while stopping: close the listeners and drain at this time (shutdownDelay)
 	watchdogAt      time.Time // send WATCHDOG=1 at this time; zero: no watchdog
+	ticketKeys      [][]byte  // TLS session-ticket keys, newest first
+	ticketRotateAt  time.Time // when the next key is made
 	stopAt          time.Time // kill everything left at this time while stopping
 	runErr          error     // what Run returns
 	retired         ipc.Stats // counters of the worker processes that exited
@@ -106,6 +108,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		return err
 	}
 	st.cfg = cfg
+	s.logWarnings(cfg)
 	ctl, err := s.controlListener(cfg.ControlSocket)
 	if err != nil {
 		close(s.done)
@@ -127,6 +130,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	stopOnCancel := context.AfterFunc(ctx, func() { s.Stop(false) })
 	defer stopOnCancel()
 
+	st.ticketKeys = [][]byte{newTicketKey()}
+	st.ticketRotateAt = time.Now().Add(TicketKeyRotation)
 	upgrade := s.opts.Upgrader != nil && s.opts.Upgrader.HasParent()
 	if !upgrade {
 		if g := s.adopt(cfg); g != nil {
@@ -243,6 +248,7 @@ func (s *Supervisor) nextDeadline() time.Time {
 	}
 	st := &s.state
 	consider(st.watchdogAt)
+	consider(st.ticketRotateAt)
 	if st.stopping {
 		consider(st.shutdownAt)
 		consider(st.stopAt)
@@ -276,6 +282,9 @@ func (s *Supervisor) nextDeadline() time.Time {
 // checkDeadlines acts on every deadline that has passed.
 func (s *Supervisor) checkDeadlines(now time.Time) {
 	st := &s.state
+	if !st.ticketRotateAt.IsZero() && !now.Before(st.ticketRotateAt) {
+		s.rotateTickets(now)
+	}
 	if !st.watchdogAt.IsZero() && !now.Before(st.watchdogAt) {
 		s.notify(sdnotify.Watchdog)
 		st.watchdogAt = now.Add(s.opts.WatchdogInterval)

@@ -84,6 +84,9 @@ type Config struct {
 	// WorkerCredential, when set, is the user and group workers run as:
 	// the supervisor binds the listeners, workers only use them.
 	WorkerCredential *syscall.Credential
+	// Warnings are logged when the config is loaded (an expired
+	// certificate): not reasons to refuse it.
+	Warnings []string
 }
 
 // ListenerSpec describes one listener.

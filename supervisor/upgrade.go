@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"github.com/baton-proxy/baton/ipc"
 	"go.uber.org/zap"
@@ -122,6 +123,9 @@ type upgradeState struct {
 	Outcomes         map[Outcome]uint64             `json:"outcomes"`
 	Totals           ipc.Stats                      `json:"totals"`
 	Backends         map[string]ipc.BackendCounters `json:"backends,omitempty"`
+	// TicketKeys keep TLS sessions resumable across the upgrade.
+	TicketKeys     [][]byte  `json:"ticketKeys,omitempty"`
+	TicketRotateAt time.Time `json:"ticketRotateAt"`
 }
 
 // upgradeState captures the loop's history; the counters of workers still
@@ -141,7 +145,9 @@ func (s *Supervisor) upgradeState() upgradeState {
 			Errors:     snap.Totals.Errors,
 			LogDropped: snap.Totals.LogDropped,
 		},
-		Backends: snap.Totals.Backends,
+		Backends:       snap.Totals.Backends,
+		TicketKeys:     st.ticketKeys,
+		TicketRotateAt: st.ticketRotateAt,
 	}
 	return us
 }
@@ -171,6 +177,9 @@ func (s *Supervisor) takeUpgradeState() uint64 {
 	st.retired = ipc.Stats{Accepted: us.Totals.Accepted, Requests: us.Totals.Requests, Errors: us.Totals.Errors}
 	for name, c := range us.Backends {
 		st.retiredBackends[name] = c
+	}
+	if len(us.TicketKeys) > 0 {
+		st.ticketKeys, st.ticketRotateAt = us.TicketKeys, us.TicketRotateAt
 	}
 	return us.ActiveGeneration
 }

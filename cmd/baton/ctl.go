@@ -189,6 +189,9 @@ func checkCommand() *cli.Command {
 					}
 				}
 			}
+			for _, w := range cfg.Warnings {
+				fmt.Println("warning:", w)
+			}
 			fmt.Printf("config ok: %d listeners, %d backends, %d routes, %d workers\n",
 				len(cfg.Listeners), len(cfg.Backends), len(cfg.Routes), cfg.Workers)
 			return nil

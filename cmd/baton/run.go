@@ -145,6 +145,7 @@ func loadSupervisorConfig(path string) (*supervisor.Config, error) {
 		OrphanTimeout: cfg.OrphanTimeout.Std(),
 
 		WorkerCredential: cred,
+		Warnings:         cfg.Warnings,
 		Payload:          payload,
 	}
 	for _, l := range cfg.Listeners {

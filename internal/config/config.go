@@ -102,6 +102,10 @@ type Config struct {
 	Kubernetes Kubernetes `json:"kubernetes"`
 	// Metrics is the supervisor's Prometheus endpoint.
 	Metrics Metrics `json:"metrics"`
+
+	// Warnings are what loading the config found wrong but not fatal (an
+	// expired certificate); not part of the file.
+	Warnings []string `json:"-"`
 }
 
 // Metrics configures the Prometheus endpoint. Its counters are the
@@ -150,6 +154,9 @@ type Listener struct {
 	// workers when the group is first opened; a reload keeps the group's
 	// size unless Sockets asks for another (see supervisor).
 	Sockets int `json:"sockets,omitempty"`
+	// TLS, when set, terminates TLS on the listener: HTTP/1.1 and HTTP/2
+	// (ALPN) for http, the raw stream for tcp.
+	TLS *ListenerTLS `json:"tls,omitempty"`
 }
 
 // Backend is a set of upstream addresses: static ones, or a Kubernetes
@@ -277,9 +284,21 @@ func parse(data []byte, offline bool) (*Config, error) {
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if c.hasTLSMaterial() {
+		return nil, fmt.Errorf("%w: certPEM, keyPEM and clientCAPEM are filled in by baton from the files: name the files (certFile, keyFile, clientCA)", ErrInvalid)
+	}
 	c.setDefaults()
 	if err := c.validate(offline); err != nil {
 		return nil, err
+	}
+	if !offline {
+		// The supervisor reads the key material, so that workers running
+		// as another user need no access to the files.
+		warnings, err := c.loadTLS()
+		if err != nil {
+			return nil, err
+		}
+		c.Warnings = warnings
 	}
 	return &c, nil
 }
@@ -329,6 +348,9 @@ func (c *Config) setDefaults() {
 		l := &c.Listeners[i]
 		if l.Protocol == "" {
 			l.Protocol = DefaultProtocol
+		}
+		if l.TLS != nil && l.TLS.MinVersion == "" {
+			l.TLS.MinVersion = DefaultTLSMinVersion
 		}
 	}
 	for i := range c.Backends {

@@ -105,6 +105,9 @@ func (c *Config) validate(offline bool) error {
 		if l.ReusePort && network == "unix" {
 			bad("%s: reusePort applies to TCP listeners only", where)
 		}
+		if l.TLS != nil {
+			checkTLS(l.TLS, where, bad)
+		}
 	}
 
 	backends := make(map[string]*Backend)

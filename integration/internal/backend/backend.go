@@ -36,7 +36,8 @@ type Server struct {
 // Start listens on httpAddr and tcpAddr ("" for none; port 0 picks one).
 //
 // HTTP: GET answers "ok"; /size/N answers N bytes; /sleep/D sleeps for the
-// Go duration D first; POST (any path) echoes the body. TCP echoes.
+// Go duration D first; /headers answers the request's header fields; POST
+// (any path) echoes the body. TCP echoes.
 func Start(name, httpAddr, tcpAddr string) (*Server, error) {
 	s := &Server{Name: name, conns: make(map[net.Conn]struct{})}
 	if httpAddr != "" {
@@ -78,6 +79,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	path := r.URL.Path
 	switch {
+	case path == "/headers":
+		r.Header.Write(w)
+		return
 	case len(path) > 7 && path[:7] == "/sleep/":
 		d, err := time.ParseDuration(path[7:])
 		if err != nil {

@@ -1,0 +1,132 @@
+package config
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"time"
+)
+
+// ListenerTLS terminates TLS on a listener.
+type ListenerTLS struct {
+	// Certificates are the server's certificates; SNI picks one by its
+	// names, and the first is the default.
+	Certificates []Certificate `json:"certificates"`
+	// MinVersion is the lowest TLS version accepted: "1.2" (default) or
+	// "1.3".
+	MinVersion string `json:"minVersion,omitempty"`
+	// ClientCA, when set, is a PEM file of CAs: clients must present a
+	// certificate that one of them signed.
+	ClientCA string `json:"clientCA,omitempty"`
+	// ClientCAPEM is ClientCA's content, read by the supervisor (which may
+	// run as root while workers do not); not for the config file.
+	ClientCAPEM []byte `json:"clientCAPEM,omitempty"`
+}
+
+// Certificate is a certificate chain and its key, as PEM files.
+type Certificate struct {
+	CertFile string `json:"certFile"`
+	KeyFile  string `json:"keyFile"`
+	// CertPEM and KeyPEM are the files' content, read by the supervisor;
+	// not for the config file.
+	CertPEM []byte `json:"certPEM,omitempty"`
+	KeyPEM  []byte `json:"keyPEM,omitempty"`
+}
+
+// DefaultTLSMinVersion is the lowest TLS version accepted by default.
+const DefaultTLSMinVersion = "1.2"
+
+// TLSVersion returns the crypto/tls constant of a minVersion.
+func TLSVersion(v string) (uint16, bool) {
+	switch v {
+	case "1.2":
+		return tls.VersionTLS12, true
+	case "1.3":
+		return tls.VersionTLS13, true
+	}
+	return 0, false
+}
+
+// checkTLS validates a listener's TLS settings (not the files).
+func checkTLS(t *ListenerTLS, where string, bad func(string, ...any)) {
+	if _, ok := TLSVersion(t.MinVersion); !ok {
+		bad("%s: tls.minVersion must be 1.2 or 1.3 (older TLS is refused), not %q", where, t.MinVersion)
+	}
+	if len(t.Certificates) == 0 {
+		bad("%s: tls needs at least one certificate", where)
+	}
+	for i, c := range t.Certificates {
+		if c.CertFile == "" || c.KeyFile == "" {
+			bad("%s: tls.certificates[%d] needs certFile and keyFile", where, i)
+		}
+	}
+}
+
+// loadTLS reads every listener's certificates, keys and client CAs into
+// the config, checks that each key matches its certificate, and returns
+// warnings (a certificate that expired, or is not valid yet).
+func (c *Config) loadTLS() (warnings []string, err error) {
+	now := time.Now()
+	for i := range c.Listeners {
+		l := &c.Listeners[i]
+		t := l.TLS
+		if t == nil {
+			continue
+		}
+		for j := range t.Certificates {
+			cert := &t.Certificates[j]
+			if cert.CertPEM, err = os.ReadFile(cert.CertFile); err != nil {
+				return nil, fmt.Errorf("%w: listener %q: tls certificate: %w", ErrInvalid, l.Name, err)
+			}
+			if cert.KeyPEM, err = os.ReadFile(cert.KeyFile); err != nil {
+				return nil, fmt.Errorf("%w: listener %q: tls key: %w", ErrInvalid, l.Name, err)
+			}
+			pair, err := tls.X509KeyPair(cert.CertPEM, cert.KeyPEM)
+			if err != nil {
+				return nil, fmt.Errorf("%w: listener %q: tls certificate %s with key %s: %w", ErrInvalid, l.Name, cert.CertFile, cert.KeyFile, err)
+			}
+			leaf := pair.Leaf
+			if leaf == nil {
+				if leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+					return nil, fmt.Errorf("%w: listener %q: tls certificate %s: %w", ErrInvalid, l.Name, cert.CertFile, err)
+				}
+			}
+			switch {
+			case now.After(leaf.NotAfter):
+				warnings = append(warnings, fmt.Sprintf("listener %q: certificate %s expired on %s", l.Name, cert.CertFile, leaf.NotAfter.Format(time.RFC3339)))
+			case now.Before(leaf.NotBefore):
+				warnings = append(warnings, fmt.Sprintf("listener %q: certificate %s is not valid before %s", l.Name, cert.CertFile, leaf.NotBefore.Format(time.RFC3339)))
+			}
+		}
+		if t.ClientCA != "" {
+			if t.ClientCAPEM, err = os.ReadFile(t.ClientCA); err != nil {
+				return nil, fmt.Errorf("%w: listener %q: tls clientCA: %w", ErrInvalid, l.Name, err)
+			}
+			if block, _ := pem.Decode(t.ClientCAPEM); block == nil || !x509.NewCertPool().AppendCertsFromPEM(t.ClientCAPEM) {
+				return nil, fmt.Errorf("%w: listener %q: tls clientCA %s holds no PEM certificate", ErrInvalid, l.Name, t.ClientCA)
+			}
+		}
+	}
+	return warnings, nil
+}
+
+// hasTLSMaterial reports whether the config carries key material, which
+// only the supervisor puts there.
+func (c *Config) hasTLSMaterial() bool {
+	for _, l := range c.Listeners {
+		if l.TLS == nil {
+			continue
+		}
+		if len(l.TLS.ClientCAPEM) > 0 {
+			return true
+		}
+		for _, cert := range l.TLS.Certificates {
+			if len(cert.CertPEM) > 0 || len(cert.KeyPEM) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}

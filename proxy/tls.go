@@ -1,0 +1,52 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+
+	"github.com/baton-proxy/baton/internal/config"
+)
+
+// newTLSConfig builds a listener's TLS server config from the key material
+// the supervisor read (the worker reads no file). alpn lists the protocols
+// to offer, in order of preference.
+func newTLSConfig(lc *config.ListenerTLS, alpn []string) (*tls.Config, error) {
+	min, _ := config.TLSVersion(lc.MinVersion)
+	tc := &tls.Config{MinVersion: min, NextProtos: alpn}
+	for i, c := range lc.Certificates {
+		pair, err := tls.X509KeyPair(c.CertPEM, c.KeyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("tls certificate %d (%s): %w", i, c.CertFile, err)
+		}
+		// The first is the default; SNI picks among them by their names.
+		tc.Certificates = append(tc.Certificates, pair)
+	}
+	if len(lc.ClientCAPEM) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(lc.ClientCAPEM) {
+			return nil, fmt.Errorf("tls clientCA %s: no certificate", lc.ClientCA)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
+
+// setTicketKeys installs the supervisor's session-ticket keys (newest
+// first) in every TLS config, so that sessions resume across workers and
+// generations. Without keys, crypto/tls keeps its own, per process.
+func (p *Proxy) setTicketKeys(keys [][]byte) {
+	var ks [][32]byte
+	for _, k := range keys {
+		if len(k) == 32 {
+			ks = append(ks, [32]byte(k))
+		}
+	}
+	if len(ks) == 0 {
+		return
+	}
+	for _, tc := range p.tlsConfigs {
+		tc.SetSessionTicketKeys(ks)
+	}
+}
