@@ -75,6 +75,7 @@ const (
 	TypeOrphan   Type = 6
 	TypeAdopted  Type = 7
 	TypeTickets  Type = 8
+	TypeLogFile  Type = 9
 	TypeRequest  Type = 16
 	TypeResponse Type = 17
 )
@@ -88,6 +89,7 @@ var typeNames = map[Type]string{
 	TypeOrphan:   "orphan",
 	TypeAdopted:  "adopted",
 	TypeTickets:  "tickets",
+	TypeLogFile:  "logfile",
 	TypeRequest:  "request",
 	TypeResponse: "response",
 }

@@ -23,6 +23,11 @@ type Hello struct {
 	// Tickets message), and hands the same ones to every worker and every
 	// generation, so that a client resumes its session on any of them.
 	TicketKeys [][]byte `json:"ticketKeys,omitempty"`
+	// AccessLog, when set, says that the frame's last descriptor is a file
+	// the worker appends its access log to. The supervisor opens it (and
+	// reopens it: a LogFile message), so that a worker running as another
+	// user need not.
+	AccessLog bool `json:"accessLog,omitempty"`
 	// Orphans, when set, asks the worker to outlive its supervisor: if the
 	// supervisor dies while the worker serves, the worker keeps serving
 	// and waits to be adopted (see Orphans). Nil: drain at once.
@@ -75,14 +80,21 @@ type Adopted struct {
 	Generation uint64 `json:"generation"`
 }
 
-// Files is the number of descriptors the hello's listeners announce.
+// Files is the number of descriptors the hello announces.
 func (h *Hello) Files() int {
 	n := 0
 	for _, l := range h.Listeners {
 		n += len(l.Sockets)
 	}
+	if h.AccessLog {
+		n++
+	}
 	return n
 }
+
+// LogFile comes with one descriptor: the access log file, reopened (after
+// a rotation). The worker writes there from now on.
+type LogFile struct{}
 
 // ListenerInfo describes one listener handed to a worker.
 type ListenerInfo struct {

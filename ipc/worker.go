@@ -30,6 +30,8 @@ type Worker struct {
 	orphanLn  *net.UnixListener
 	tickets   [][]byte
 	onTickets func([][]byte)
+	accessLog *os.File
+	onLogFile func(*os.File)
 	closing   chan struct{} // closed by Close
 
 	hello     Hello
@@ -103,6 +105,11 @@ func handshake(c *Conn) (*Worker, error) {
 	if got, want := len(files), w.hello.Files(); got != want {
 		return nil, fmt.Errorf("%w: hello announces %d descriptors, %d came", ErrMalformed, want, got)
 	}
+	if w.hello.AccessLog {
+		// The last descriptor: the worker keeps it.
+		w.accessLog = files[len(files)-1]
+		files = files[:len(files)-1]
+	}
 	i := 0
 	for _, info := range w.hello.Listeners {
 		l := Listener{ListenerInfo: info}
@@ -157,8 +164,12 @@ func (w *Worker) read() {
 func (w *Worker) receive(c *Conn) error {
 	for {
 		fr, files, err := c.Receive()
+		if err == nil && fr.Type == TypeLogFile && len(files) == 1 {
+			w.setLogFile(files[0])
+			continue
+		}
 		for _, f := range files {
-			f.Close() // only a hello may carry descriptors
+			f.Close() // only a hello and a logfile carry descriptors
 		}
 		if err == nil && len(files) > 0 {
 			err = fmt.Errorf("%w: descriptors with %s", ErrUnexpected, fr.Type)
@@ -346,6 +357,33 @@ func (w *Worker) setTickets(keys [][]byte) {
 	if fn != nil {
 		fn(keys)
 	}
+}
+
+// AccessLogFile returns the access log file the supervisor handed over, or
+// nil. The caller owns it.
+func (w *Worker) AccessLogFile() *os.File {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.accessLog
+}
+
+// OnLogFile has fn called with each reopened access log file (from the
+// receiving goroutine); fn owns the file.
+func (w *Worker) OnLogFile(fn func(*os.File)) {
+	w.mu.Lock()
+	w.onLogFile = fn
+	w.mu.Unlock()
+}
+
+func (w *Worker) setLogFile(f *os.File) {
+	w.mu.Lock()
+	fn := w.onLogFile
+	w.mu.Unlock()
+	if fn == nil {
+		f.Close()
+		return
+	}
+	fn(f)
 }
 
 // Hello returns the hello the supervisor sent.

@@ -51,11 +51,14 @@ type h1conn struct {
 	closeMu sync.Mutex // serialises the drain's closing with the wake-up
 	wdl     time.Time  // the write deadline last set
 
-	req   h1.Request
-	resp  h1.Response
-	extra []byte  // header lines to add to the response (a sticky cookie)
-	out   h1.Body // client to upstream
-	in    h1.Body // upstream to client
+	req  h1.Request
+	resp h1.Response
+	// The access log's view of the request being served, when it is on.
+	entry  accessEntry
+	logBuf []byte
+	extra  []byte  // header lines to add to the response (a sticky cookie)
+	out    h1.Body // client to upstream
+	in     h1.Body // upstream to client
 
 	// A request body read before the upstream is chosen (a route's
 	// bufferRequestBody): body holds it, decoded; bodyState says how much.
@@ -200,9 +203,59 @@ var (
 	errNotHTTP2 = &h1.Error{Status: 400, Reason: "malformed HTTP/2 preface"}
 )
 
-// handle proxies one request whose head is head. It reports whether the
-// connection may serve another.
+// handle proxies one request whose head is head, and logs it when the
+// access log is on. It reports whether the connection may serve another.
 func (hc *h1conn) handle(head []byte) bool {
+	al := hc.f.p.access
+	if al == nil {
+		return hc.serveRequest(head)
+	}
+	e := &hc.entry
+	*e = accessEntry{start: time.Now(), listener: hc.f.name, client: hc.client, proto: "HTTP/1.1", upstream: -1, generation: hc.f.p.Generation}
+	if hc.tls != nil {
+		cs := hc.tls.ConnectionState()
+		e.tlsVersion, e.sni = tlsVersionName(cs.Version), cs.ServerName
+	}
+	sent := hc.cw.n
+	keep := hc.serveRequest(head)
+	e.bytesIn = int64(len(head)) + hc.out.Written
+	e.bytesOut = hc.cw.n - sent
+	if e.bodyOut == 0 {
+		e.bodyOut = hc.in.Written
+	}
+	al.log(e)
+	return keep
+}
+
+// noteRequest copies what the access log says of the request parsed, before
+// its body is read (which reuses the buffer the head is in).
+func (hc *h1conn) noteRequest() {
+	if hc.f.p.access == nil {
+		return
+	}
+	req, e := &hc.req, &hc.entry
+	b := hc.logBuf[:0]
+	m := len(b)
+	b = append(b, req.Method...)
+	h := len(b)
+	b = append(b, req.Authority...)
+	t := len(b)
+	b = append(append(b, req.Path...), req.Query...)
+	r := len(b)
+	b = append(b, req.Field("referer")...)
+	u := len(b)
+	b = append(b, req.Field("user-agent")...)
+	hc.logBuf = b
+	e.method, e.host, e.target, e.referer, e.userAgent = b[m:h], b[h:t], b[t:r], b[r:u], b[u:]
+	if req.Minor == 0 {
+		e.proto = "HTTP/1.0"
+	}
+}
+
+// serveRequest proxies one request whose head is head. It reports whether
+// the connection may serve another.
+func (hc *h1conn) serveRequest(head []byte) bool {
+	hc.out, hc.in = h1.Body{}, h1.Body{}
 	p := hc.f.p
 	p.stats.requests.Add(1)
 	req := &hc.req
@@ -210,6 +263,7 @@ func (hc *h1conn) handle(head []byte) bool {
 	if err := req.Parse(head); err != nil {
 		return hc.refuse(err)
 	}
+	hc.noteRequest()
 	rt := p.router.matchBytes(hc.f.name, req.Authority, req.MatchPath())
 	if rt == nil {
 		return hc.errorResponse(404, req.HasBody() || req.Close)
@@ -219,6 +273,7 @@ func (hc *h1conn) handle(head []byte) bool {
 	}
 	b := rt.backend
 	b.requests.Add(1)
+	hc.entry.backend = b.name
 	set := b.set.Load()
 	if len(set.active) == 0 {
 		// The route stays; its Service has nothing serving right now.
@@ -267,6 +322,7 @@ func (hc *h1conn) handle(head []byte) bool {
 		return giveUp("", "connect", nil)
 	}
 	a.tried(ep)
+	upStart := time.Now()
 	for fresh := false; ; {
 		uc, err = ep.conn(context.Background(), b, fresh)
 		if err != nil {
@@ -315,6 +371,7 @@ func (hc *h1conn) handle(head []byte) bool {
 			return giveUp(ep.addr, "response", err)
 		}
 	}
+	hc.entry.upstream, hc.entry.backend, hc.entry.endpoint = time.Since(upStart), b.name, ep.addr
 	if b.cfg.Balancer == config.BalancerCookie && a.sticky != ep {
 		hc.extra = fmt.Appendf(hc.extra, "Set-Cookie: %s=%s; Path=/; HttpOnly\r\n", b.cfg.Cookie, ep.key)
 	}
@@ -542,6 +599,7 @@ func (hc *h1conn) forwardResponse(uc *upConn, rt *route) bool {
 	}
 	extendWriteDeadline(hc.c, &hc.wdl, time.Now(), clientWriteTimeout)
 	sent := hc.cw.n
+	hc.entry.status = resp.Status
 	resp.WriteHead(hc.bw, &out)
 
 	hc.in = h1.Body{Src: uc.rd, Dst: hc.bw, Timeout: b.responseTimeout}
@@ -625,6 +683,7 @@ func (hc *h1conn) upgrade(rt *route, set *endpointSet, a *attempt) bool {
 		hc.resp.Close = true // not kept: it was dialled for the upgrade
 		return hc.forwardResponse(uc, rt)
 	}
+	hc.entry.status = 101
 	hc.resp.WriteHead(hc.bw, &h1.ResponseOut{Body: h1.Framing{Length: -1}, Connection: "Upgrade"})
 	if err := hc.bw.Flush(); err != nil {
 		uc.c.Close()
@@ -698,6 +757,8 @@ func (m *memWriter) reset() {
 func (hc *h1conn) errorResponse(status int, closeConn bool) bool {
 	p := hc.f.p
 	p.stats.errors.Add(1)
+	hc.entry.status = status
+	hc.entry.bodyOut = int64(len(statusText[status]) + 8)
 	closeConn = closeConn || p.draining.Load() || hc.req.Close
 	text := statusText[status]
 	w := hc.bw

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -212,6 +213,23 @@ func (s *h2Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f := s.f
 	f.inflight.Add(1)
 	defer f.inflight.Done()
+	if al := f.p.access; al != nil {
+		lw := &loggingWriter{ResponseWriter: w, status: http.StatusOK}
+		e := accessEntry{start: time.Now(), listener: f.name, method: []byte(r.Method), host: []byte(r.Host), target: []byte(r.RequestURI),
+			proto: r.Proto, upstream: -1, generation: f.p.Generation, bytesIn: max(r.ContentLength, 0),
+			referer: []byte(r.Referer()), userAgent: []byte(r.UserAgent())}
+		if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+			e.client = ap.Addr().Unmap().AppendTo(nil)
+		}
+		if r.TLS != nil {
+			e.tlsVersion, e.sni = tlsVersionName(r.TLS.Version), r.TLS.ServerName
+		}
+		defer func() {
+			e.status, e.bytesOut, e.bodyOut, e.backend = lw.status, lw.written, lw.written, lw.backend
+			al.log(&e)
+		}()
+		w = lw
+	}
 	f.p.stats.requests.Add(1)
 	// The same path rules as HTTP/1.1 (docs/security.md): routes match the
 	// normalised path, and the backend receives it.
@@ -251,8 +269,38 @@ func (s *h2Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, rt.maxBody)
 	}
 	rt.backend.requests.Add(1)
+	if lw, ok := w.(*loggingWriter); ok {
+		lw.backend = rt.backend.name
+	}
 	rt.backend.proxy.ServeHTTP(w, r)
 }
+
+// loggingWriter notes, for the access log, the status and body bytes of an
+// HTTP/2 response.
+type loggingWriter struct {
+	http.ResponseWriter
+	status  int
+	written int64
+	wrote   bool
+	backend string
+}
+
+func (w *loggingWriter) WriteHeader(code int) {
+	if !w.wrote && code >= 200 {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *loggingWriter) Write(p []byte) (int, error) {
+	w.wrote = true
+	n, err := w.ResponseWriter.Write(p)
+	w.written += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the real writer (Flush).
+func (w *loggingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // newReverseProxy returns the HTTP/2 frontend's reverse proxy in front of b.
 func (p *Proxy) newReverseProxy(b *backend) *httputil.ReverseProxy {

@@ -50,6 +50,10 @@ type Proxy struct {
 	// TicketKeys, set before Serve, are the TLS session-ticket keys to
 	// start with (newest first); setTicketKeys replaces them.
 	TicketKeys [][]byte
+	// Generation is the worker's generation, for the access log.
+	Generation uint64
+	// access is the access log; nil when off.
+	access *accessLog
 }
 
 // counters are the worker's statistics, reported to the supervisor.
@@ -191,6 +195,9 @@ func (p *Proxy) Stats() ipc.Stats {
 	}
 	if p.logDropped != nil {
 		s.LogDropped = p.logDropped()
+	}
+	if p.access != nil {
+		s.LogDropped += p.access.dropped.Load()
 	}
 	for _, bc := range p.cfg.Backends {
 		s.Backends = append(s.Backends, p.backends[bc.Name].stats())

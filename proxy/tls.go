@@ -33,6 +33,17 @@ func newTLSConfig(lc *config.ListenerTLS, alpn []string) (*tls.Config, error) {
 	return tc, nil
 }
 
+// tlsVersionName is a TLS version as the access log writes it.
+func tlsVersionName(v uint16) string {
+	switch v {
+	case tls.VersionTLS13:
+		return "1.3"
+	case tls.VersionTLS12:
+		return "1.2"
+	}
+	return "other"
+}
+
 // setTicketKeys installs the supervisor's session-ticket keys (newest
 // first) in every TLS config, so that sessions resume across workers and
 // generations. Without keys, crypto/tls keeps its own, per process.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
@@ -37,6 +38,16 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 	}
 	p := New(cfg, log)
 	p.logDropped = logDropped
+	p.Generation = w.Hello().Generation
+	if al := cfg.AccessLog; al.Path != "" {
+		out := w.AccessLogFile()
+		if al.Path == config.AccessLogStderr || out == nil {
+			out = os.Stderr
+		}
+		p.access = newAccessLog(al.Format, out)
+		defer p.access.close()
+		w.OnLogFile(p.access.setFile)
+	}
 	p.TicketKeys = w.TicketKeys()
 	w.OnTicketKeys(p.setTicketKeys)
 	if targets := p.KubeTargets(); len(targets) > 0 {

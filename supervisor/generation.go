@@ -103,6 +103,10 @@ func (g *generation) allReady() bool {
 // for handoff h. It reports false, with h decided, when nothing could start.
 func (s *Supervisor) startGeneration(cfg *Config, h *handoff) bool {
 	st := &s.state
+	if err := s.useAccessLog(cfg); err != nil {
+		s.finishHandoff(h, OutcomeRefused, err.Error())
+		return false
+	}
 	p, err := st.sockets.acquire(cfg.Listeners, cfg.Workers)
 	if err != nil {
 		s.finishHandoff(h, OutcomeRefused, err.Error())
@@ -210,6 +214,10 @@ func (s *Supervisor) helloFor(sl *slot) (ipc.Hello, []*os.File) {
 		for _, i := range idx {
 			files = append(files, pl.group.sockets[i].file)
 		}
+	}
+	if st := &s.state; st.accessLog != nil && g.cfg.AccessLogPath == st.accessLogPath {
+		hello.AccessLog = true
+		files = append(files, st.accessLog)
 	}
 	return hello, files
 }

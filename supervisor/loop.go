@@ -27,6 +27,8 @@ type loopState struct {
 	stopping        bool
 	shutdownAt      time.Time // while stopping: close the listeners and drain at this time (shutdownDelay)
 	watchdogAt      time.Time // send WATCHDOG=1 at this time; zero: no watchdog
+	accessLog       *os.File  // the access log file, when a config names one
+	accessLogPath   string
 	ticketKeys      [][]byte  // TLS session-ticket keys, newest first
 	ticketRotateAt  time.Time // when the next key is made
 	stopAt          time.Time // kill everything left at this time while stopping
@@ -53,7 +55,8 @@ type (
 		err   error
 		reply chan error
 	}
-	statusEvent struct{ reply chan Status }
+	statusEvent     struct{ reply chan Status }
+	reopenLogsEvent struct{}
 	// procMessage is a message from a worker process.
 	procMessage struct {
 		p  *proc
@@ -210,6 +213,8 @@ func (s *Supervisor) handle(ev event) {
 		s.handleStop(ev.now)
 	case statusEvent:
 		ev.reply <- s.snapshot()
+	case reopenLogsEvent:
+		s.reopenLogs()
 	case procMessage:
 		s.handleMessage(ev.p, ev.fr)
 	case procBroken:

@@ -84,6 +84,9 @@ type Config struct {
 	// WorkerCredential, when set, is the user and group workers run as:
 	// the supervisor binds the listeners, workers only use them.
 	WorkerCredential *syscall.Credential
+	// AccessLogPath, when set, is a file the supervisor opens (and
+	// reopens on ReopenLogs) and hands to every worker for its access log.
+	AccessLogPath string
 	// Warnings are logged when the config is loaded (an expired
 	// certificate): not reasons to refuse it.
 	Warnings []string

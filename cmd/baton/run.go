@@ -88,7 +88,7 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func
 	}
 	defer stopMetrics()
 	signals := make(chan os.Signal, 4)
-	signal.Notify(signals, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR2)
+	signal.Notify(signals, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(signals)
 	handled := make(chan struct{})
 	go func() {
@@ -104,6 +104,9 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func
 					continue
 				case syscall.SIGUSR2:
 					sup.UpgradeAsync()
+					continue
+				case syscall.SIGUSR1:
+					sup.ReopenLogs()
 					continue
 				}
 				stops++
@@ -146,6 +149,7 @@ func loadSupervisorConfig(path string) (*supervisor.Config, error) {
 
 		WorkerCredential: cred,
 		Warnings:         cfg.Warnings,
+		AccessLogPath:    accessLogFile(cfg.AccessLog.Path),
 		Payload:          payload,
 	}
 	for _, l := range cfg.Listeners {
@@ -190,4 +194,13 @@ func serveMetrics(path string, sup *supervisor.Supervisor) (func(), error) {
 		srv.Close()
 		<-done
 	}, nil
+}
+
+// accessLogFile is the access log path the supervisor opens: a file, not
+// stderr (workers write there on their own).
+func accessLogFile(path string) string {
+	if path == config.AccessLogStderr {
+		return ""
+	}
+	return path
 }

@@ -102,11 +102,30 @@ type Config struct {
 	Kubernetes Kubernetes `json:"kubernetes"`
 	// Metrics is the supervisor's Prometheus endpoint.
 	Metrics Metrics `json:"metrics"`
+	// AccessLog, when its path is set, logs every request.
+	AccessLog AccessLog `json:"accessLog"`
 
 	// Warnings are what loading the config found wrong but not fatal (an
 	// expired certificate); not part of the file.
 	Warnings []string `json:"-"`
 }
+
+// AccessLog configures the access log: one line per request (and per TCP
+// stream).
+type AccessLog struct {
+	// Path is "stderr" or a file, which the supervisor opens (appending)
+	// and reopens on SIGUSR1 (logrotate); empty: no access log.
+	Path string `json:"path,omitempty"`
+	// Format is json (default) or combined (Apache's).
+	Format string `json:"format,omitempty"`
+}
+
+// Access log formats.
+const (
+	AccessLogJSON     = "json"
+	AccessLogCombined = "combined"
+	AccessLogStderr   = "stderr"
+)
 
 // Metrics configures the Prometheus endpoint. Its counters are the
 // supervisor's: they do not reset when workers or generations change.
@@ -332,6 +351,9 @@ func (c *Config) setDefaults() {
 	setDuration(&c.StopTimeout, DefaultStopTimeout)
 	setDuration(&c.WorkerTimeout, DefaultWorkerTimeout)
 	setDuration(&c.OrphanTimeout, DefaultOrphanTimeout)
+	if c.AccessLog.Path != "" && c.AccessLog.Format == "" {
+		c.AccessLog.Format = AccessLogJSON
+	}
 	if c.MaxDraining == 0 {
 		c.MaxDraining = DefaultMaxDraining
 	}

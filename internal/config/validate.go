@@ -45,6 +45,12 @@ func (c *Config) validate(offline bool) error {
 	if c.HTTP.DrainIdleGrace >= c.DrainTimeout {
 		bad("http.drainIdleGrace (%s) must be shorter than drainTimeout (%s)", c.HTTP.DrainIdleGrace, c.DrainTimeout)
 	}
+	if f := c.AccessLog.Format; f != "" && f != AccessLogJSON && f != AccessLogCombined {
+		bad("accessLog.format must be json or combined, not %q", f)
+	}
+	if p := c.AccessLog.Path; p != "" && p != AccessLogStderr && !strings.HasPrefix(p, "/") {
+		bad("accessLog.path must be stderr or an absolute path, not %q", p)
+	}
 	if c.Group != "" && c.User == "" {
 		bad("group %q needs a user (workers run as user, with group as their group)", c.Group)
 	}
