@@ -39,13 +39,14 @@ const lingerTimeout = 2 * time.Second
 // connection by this one goroutine. The wire format is package h1's: this
 // file decides where requests go and what happens when something fails.
 type h1conn struct {
-	f      *httpFrontend
-	c      net.Conn
-	tls    *tls.Conn // c, when the listener terminates TLS
-	rd     *h1.Reader
-	cw     countWriter // c, counting what was written
-	bw     *bufio.Writer
-	client []byte // the client's address, for X-Forwarded-For
+	f       *httpFrontend
+	c       net.Conn
+	tls     *tls.Conn // c, when the listener terminates TLS
+	rd      *h1.Reader
+	cw      countWriter // c, counting what was written
+	bw      *bufio.Writer
+	client  []byte // the client's address, for X-Forwarded-For
+	trusted bool   // the client is a trusted proxy (trustedProxies)
 
 	state   atomic.Int32
 	closeMu sync.Mutex // serialises the drain's closing with the wake-up
@@ -518,7 +519,7 @@ func (hc *h1conn) sendRequest(uc *upConn, rt *route) error {
 	if hc.tls != nil {
 		proto = "https"
 	}
-	req.WriteHead(uc.bw, framing, &h1.Forwarded{For: hc.client, Proto: proto, Host: uc.pool.addr})
+	req.WriteHead(uc.bw, framing, &h1.Forwarded{For: hc.client, Proto: proto, Host: uc.pool.addr, Trusted: hc.trusted})
 	var err error
 	switch hc.bodyState {
 	case bodyWhole:

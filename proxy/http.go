@@ -75,9 +75,11 @@ func (f *httpFrontend) newConn(c net.Conn) *h1conn {
 	hc.c, hc.cw.c, hc.tls = c, c, tc
 	hc.wdl = time.Time{}
 	hc.state.Store(connActive)
-	hc.client = hc.client[:0]
+	hc.client, hc.trusted = hc.client[:0], false
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		hc.client = ta.AddrPort().Addr().Unmap().AppendTo(hc.client)
+		a := ta.AddrPort().Addr().Unmap()
+		hc.client = a.AppendTo(hc.client)
+		hc.trusted = f.p.isTrusted(a)
 	}
 	f.mu.Lock()
 	f.live[hc] = c
@@ -309,13 +311,24 @@ func (p *Proxy) newReverseProxy(b *backend) *httputil.ReverseProxy {
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = b.name // RoundTrip puts an address here
 			pr.Out.Host = pr.In.Host
-			// Append the client to the chain it brought, as nginx's
-			// $proxy_add_x_forwarded_for, HAProxy and Envoy do; the
-			// backend decides how many hops it trusts.
-			if prior, ok := pr.In.Header["X-Forwarded-For"]; ok {
+			// A trusted proxy's chain is kept and the client appended
+			// (nginx's $proxy_add_x_forwarded_for), with its proto and
+			// host; anyone else's is replaced.
+			trusted := false
+			if ap, err := netip.ParseAddrPort(pr.In.RemoteAddr); err == nil {
+				trusted = p.isTrusted(ap.Addr())
+			}
+			if prior, ok := pr.In.Header["X-Forwarded-For"]; ok && trusted {
 				pr.Out.Header["X-Forwarded-For"] = prior
 			}
 			pr.SetXForwarded()
+			if trusted {
+				for _, k := range []string{"X-Forwarded-Proto", "X-Forwarded-Host"} {
+					if v := pr.In.Header.Get(k); v != "" {
+						pr.Out.Header.Set(k, v)
+					}
+				}
+			}
 		},
 		Transport:     b,
 		FlushInterval: -1, // stream responses as they come (SSE, long polls)

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,8 @@ type Proxy struct {
 	Generation uint64
 	// access is the access log; nil when off.
 	access *accessLog
+	// trusted are the trusted proxies' addresses.
+	trusted []netip.Prefix
 }
 
 // counters are the worker's statistics, reported to the supervisor.
@@ -70,6 +73,11 @@ type counters struct {
 func New(cfg *config.Config, log *zap.Logger) *Proxy {
 	p := &Proxy{cfg: cfg, log: log, backends: make(map[string]*backend), changed: make(chan struct{}, 1), stopReaper: make(chan struct{})}
 	p.fails.log = log
+	for _, s := range cfg.TrustedProxies {
+		if pfx, err := config.ParsePrefix(s); err == nil { // validated
+			p.trusted = append(p.trusted, pfx)
+		}
+	}
 	for _, bc := range cfg.Backends {
 		b := newBackend(bc, cfg.HTTP.MaxHeaderBytes)
 		b.proxy = p.newReverseProxy(b)
@@ -263,3 +271,14 @@ func (bp *bufferPool) Get() []byte {
 }
 
 func (bp *bufferPool) Put(b []byte) { bp.pool.Put(&b) }
+
+// isTrusted reports whether a client's address is a trusted proxy's.
+func (p *Proxy) isTrusted(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, pfx := range p.trusted {
+		if pfx.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

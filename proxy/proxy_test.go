@@ -76,41 +76,58 @@ routes:
 
 func hostOf(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
 
+// TestForwardedAndHopByHopHeaders checks what reaches the backend about
+// the client: from an untrusted client, baton's own X-Forwarded-* (a
+// spoofed chain is dropped, as Envoy's use_remote_address); from a
+// trustedProxies address, its chain with the client appended and its
+// proto and host (nginx's $proxy_add_x_forwarded_for).
 func TestForwardedAndHopByHopHeaders(t *testing.T) {
-	var got http.Header
-	var host string
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, host = r.Header.Clone(), r.Host
-		w.Header().Set("Keep-Alive", "timeout=5")
-		w.Header().Set("X-Kept", "yes")
-	}))
-	defer be.Close()
-	_, web, _ := startProxy(t, webConfig(hostOf(be)))
+	for _, tc := range []struct {
+		name, trusted     string
+		xff, proto, xhost string
+	}{
+		{"untrusted", "", "127.0.0.1", "http", "shop.example"},
+		{"trusted", "trustedProxies: [127.0.0.0/8]\n", "203.0.113.9, 127.0.0.1", "https", "front.example"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got http.Header
+			var host string
+			be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got, host = r.Header.Clone(), r.Host
+				w.Header().Set("Keep-Alive", "timeout=5")
+				w.Header().Set("X-Kept", "yes")
+			}))
+			defer be.Close()
+			_, web, _ := startProxy(t, tc.trusted+webConfig(hostOf(be)))
 
-	req, _ := http.NewRequest("GET", "http://"+web+"/x", nil)
-	req.Host = "shop.example"
-	req.Header.Set("Connection", "X-Hop")
-	req.Header.Set("X-Hop", "1")
-	req.Header.Set("X-Forwarded-For", "203.0.113.9")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if host != "shop.example" {
-		t.Errorf("Host = %q, want the client's", host)
-	}
-	if xff := got.Get("X-Forwarded-For"); xff != "203.0.113.9, 127.0.0.1" {
-		t.Errorf("X-Forwarded-For = %q", xff)
-	}
-	if got.Get("X-Forwarded-Proto") != "http" || got.Get("X-Forwarded-Host") != "shop.example" {
-		t.Errorf("X-Forwarded-Proto/Host = %q %q", got.Get("X-Forwarded-Proto"), got.Get("X-Forwarded-Host"))
-	}
-	if got.Get("X-Hop") != "" {
-		t.Errorf("hop-by-hop header named in Connection reached the backend")
-	}
-	if resp.Header.Get("Keep-Alive") != "" || resp.Header.Get("X-Kept") != "yes" {
-		t.Errorf("response headers: %v", resp.Header)
+			req, _ := http.NewRequest("GET", "http://"+web+"/x", nil)
+			req.Host = "shop.example"
+			req.Header.Set("Connection", "X-Hop")
+			req.Header.Set("X-Hop", "1")
+			req.Header.Set("X-Forwarded-For", "203.0.113.9")
+			req.Header.Set("X-Forwarded-Proto", "https")
+			req.Header.Set("X-Forwarded-Host", "front.example")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if host != "shop.example" {
+				t.Errorf("Host = %q, want the client's", host)
+			}
+			if xff := got.Get("X-Forwarded-For"); xff != tc.xff {
+				t.Errorf("X-Forwarded-For = %q, want %q", xff, tc.xff)
+			}
+			if p, h := got.Get("X-Forwarded-Proto"), got.Get("X-Forwarded-Host"); p != tc.proto || h != tc.xhost {
+				t.Errorf("X-Forwarded-Proto/Host = %q %q, want %q %q", p, h, tc.proto, tc.xhost)
+			}
+			if got.Get("X-Hop") != "" {
+				t.Errorf("hop-by-hop header named in Connection reached the backend")
+			}
+			if resp.Header.Get("Keep-Alive") != "" || resp.Header.Get("X-Kept") != "yes" {
+				t.Errorf("response headers: %v", resp.Header)
+			}
+		})
 	}
 }
 

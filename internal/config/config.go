@@ -104,6 +104,11 @@ type Config struct {
 	Metrics Metrics `json:"metrics"`
 	// AccessLog, when its path is set, logs every request.
 	AccessLog AccessLog `json:"accessLog"`
+	// TrustedProxies are the addresses (CIDRs, or single IPs) of the
+	// proxies in front of baton: their X-Forwarded-For chain is kept
+	// (the client appended) and their X-Forwarded-Proto and -Host passed
+	// on. From any other client these are replaced. Default: none.
+	TrustedProxies []string `json:"trustedProxies,omitempty"`
 
 	// Warnings are what loading the config found wrong but not fatal (an
 	// expired certificate); not part of the file.

@@ -88,6 +88,7 @@ func TestRejects(t *testing.T) {
 		{"prefix without slash", strings.Replace(minimal, "backend: app\n", "backend: app\n    pathPrefix: api\n", 1), "must start with /"},
 		{"duplicate route", minimal + "  - listener: web\n    backend: app\n", "same listener, host and pathPrefix"},
 		{"relative control socket", minimal + "controlSocket: run/ctl.sock\n", "absolute"},
+		{"bad trusted proxy", minimal + "trustedProxies: [10.0.0.0/8, proxy.example]\n", `"proxy.example" is not a CIDR`},
 		{"grace over drain", minimal + "drainTimeout: 1s\nhttp:\n  drainIdleGrace: 2s\n", "shorter than drainTimeout"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

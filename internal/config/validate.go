@@ -51,6 +51,11 @@ func (c *Config) validate(offline bool) error {
 	if p := c.AccessLog.Path; p != "" && p != AccessLogStderr && !strings.HasPrefix(p, "/") {
 		bad("accessLog.path must be stderr or an absolute path, not %q", p)
 	}
+	for _, p := range c.TrustedProxies {
+		if _, err := ParsePrefix(p); err != nil {
+			bad("trustedProxies: %q is not a CIDR or an IP address", p)
+		}
+	}
 	if c.Group != "" && c.User == "" {
 		bad("group %q needs a user (workers run as user, with group as their group)", c.Group)
 	}
@@ -347,4 +352,16 @@ func defaultKubeconfig() bool {
 		}
 	}
 	return false
+}
+
+// ParsePrefix parses a CIDR, or a single address as its /32 or /128.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
 }

@@ -33,6 +33,7 @@ type Request struct {
 	Fields []Field
 
 	asterisk, absolute bool
+	fwdProto, fwdHost  []byte // the client's X-Forwarded-Proto and -Host
 	conn               connection
 	pathBuf, queryBuf  []byte
 }
@@ -123,7 +124,7 @@ func (r *Request) Parse(head []byte) error {
 			}
 		case 16:
 			if EqualFold(f.Name, "x-forwarded-host") {
-				f.drop = true
+				r.fwdHost, f.drop = f.Value, true
 			}
 		case 17:
 			switch {
@@ -136,7 +137,7 @@ func (r *Request) Parse(head []byte) error {
 					te = []byte{}
 				}
 			case EqualFold(f.Name, "x-forwarded-proto"):
-				f.drop = true
+				r.fwdProto, f.drop = f.Value, true
 			}
 		}
 	}

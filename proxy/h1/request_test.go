@@ -157,6 +157,7 @@ func TestRequestMeaning(t *testing.T) {
 		length       int64
 		chunked      bool
 		close        bool
+		trusted      bool   // the client is a trusted proxy
 		forward      string // the head as forwarded, from its request line
 	}{
 		{
@@ -190,10 +191,16 @@ func TestRequestMeaning(t *testing.T) {
 			forward: "GET /admin HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 192.0.2.1\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: a\r\n\r\n",
 		},
 		{
-			name: "client's X-Forwarded-For chain kept, X-Forwarded-Host replaced", source: "nginx $proxy_add_x_forwarded_for",
+			name: "an untrusted client's X-Forwarded-* replaced", source: "X-Forwarded-For spoofing; Envoy use_remote_address",
 			in:        "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Host: evil\r\nX-Forwarded-Proto: https\r\nX-Forwarded-For: 10.0.0.2\r\n\r\n",
 			authority: "a", path: "/", length: -1,
-			forward: "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 10.0.0.1, 10.0.0.2, 192.0.2.1\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: a\r\n\r\n",
+			forward: "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 192.0.2.1\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: a\r\n\r\n",
+		},
+		{
+			name: "a trusted proxy's X-Forwarded-* kept, the client appended", source: "nginx $proxy_add_x_forwarded_for; trustedProxies",
+			in:        "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Host: shop.example\r\nX-Forwarded-Proto: https\r\nX-Forwarded-For: 10.0.0.2\r\n\r\n",
+			authority: "a", path: "/", length: -1, trusted: true,
+			forward: "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 10.0.0.1, 10.0.0.2, 192.0.2.1\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: shop.example\r\n\r\n",
 		},
 		{
 			name: "chunked", source: "RFC 9112 §7.1",
@@ -237,7 +244,7 @@ func TestRequestMeaning(t *testing.T) {
 			}
 			var buf bytes.Buffer
 			w := bufio.NewWriter(&buf)
-			r.WriteHead(w, Framing{Length: r.ContentLength, Chunked: r.Chunked}, &Forwarded{For: []byte("192.0.2.1"), Proto: "http", Host: "10.0.0.1:80"})
+			r.WriteHead(w, Framing{Length: r.ContentLength, Chunked: r.Chunked}, &Forwarded{For: []byte("192.0.2.1"), Proto: "http", Host: "10.0.0.1:80", Trusted: tc.trusted})
 			w.Flush()
 			if buf.String() != tc.forward {
 				t.Errorf("forwarded\n%q\nwant\n%q", buf.String(), tc.forward)

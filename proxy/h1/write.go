@@ -23,15 +23,20 @@ type Forwarded struct {
 	// HTTP/1.0 request without Host): the upstream's address, as nginx's
 	// $proxy_host.
 	Host string
+	// Trusted says the client is a proxy baton trusts (trustedProxies):
+	// its X-Forwarded-For chain is kept (For appended) and its
+	// X-Forwarded-Proto and -Host are passed on. From anyone else, they
+	// are replaced.
+	Trusted bool
 }
 
 // WriteHead writes the head of r as baton forwards it: the request line
 // in origin-form with the normalised path, Host from r.Authority (or
-// fwd.Host when that is empty), the
-// fields but hop-by-hop and framing ones, X-Forwarded-For (the client's
-// chain, then fwd.For), X-Forwarded-Proto and X-Forwarded-Host, the
-// framing of body, and the protocol switch when r asks for one. Nothing
-// that frames the message is copied from the client.
+// fwd.Host when that is empty), the fields but hop-by-hop and framing
+// ones, X-Forwarded-For (fwd.For, after the client's chain when it is
+// trusted), X-Forwarded-Proto and X-Forwarded-Host (the trusted client's,
+// else baton's), the framing of body, and the protocol switch when r asks
+// for one. Nothing that frames the message is copied from the client.
 func (r *Request) WriteHead(w *bufio.Writer, body Framing, fwd *Forwarded) {
 	w.Write(r.Method)
 	w.WriteByte(' ')
@@ -56,7 +61,7 @@ func (r *Request) WriteHead(w *bufio.Writer, body Framing, fwd *Forwarded) {
 		}
 	}
 	w.WriteString("X-Forwarded-For: ")
-	if xff {
+	if xff && fwd.Trusted {
 		for i := range r.Fields {
 			f := &r.Fields[i]
 			if !f.drop && len(f.Name) == 15 && EqualFold(f.Name, "x-forwarded-for") {
@@ -67,9 +72,18 @@ func (r *Request) WriteHead(w *bufio.Writer, body Framing, fwd *Forwarded) {
 	}
 	w.Write(fwd.For)
 	w.WriteString("\r\nX-Forwarded-Proto: ")
-	w.WriteString(fwd.Proto)
+	if fwd.Trusted && r.fwdProto != nil {
+		w.Write(r.fwdProto)
+	} else {
+		w.WriteString(fwd.Proto)
+	}
 	w.Write(crlf)
-	if len(r.Authority) > 0 {
+	switch {
+	case fwd.Trusted && r.fwdHost != nil:
+		w.WriteString("X-Forwarded-Host: ")
+		w.Write(r.fwdHost)
+		w.Write(crlf)
+	case len(r.Authority) > 0:
 		w.WriteString("X-Forwarded-Host: ")
 		w.Write(r.Authority)
 		w.Write(crlf)
