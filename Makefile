@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build run test kubebin vet fmt-check fuzz bench bench-kube image clean
+.PHONY: all build run test testdeps kubebin vet fmt-check fuzz bench bench-kube image clean
 
 all: build
 
@@ -20,17 +20,22 @@ build:
 run: build
 	./scripts/run-example.sh
 
-# The fuzzers, by package: the ipc decoder, and the HTTP/1.1 parsers
-# differentially against net/http (docs/security.md).
-FUZZERS := ./ipc:FuzzDecode ./proxy/h1:FuzzRequest ./proxy/h1:FuzzResponse
+# The fuzzers, by package: the ipc decoder, the HTTP/1.1 parsers
+# differentially against net/http, and the PROXY protocol parser against
+# go-proxyproto (docs/security.md).
+FUZZERS := ./ipc:FuzzDecode ./proxy/h1:FuzzRequest ./proxy/h1:FuzzResponse ./proxy/proxyproto:FuzzParse
 FUZZTIME ?= 10m
 
 # Every test, with the race detector: unit tests, a short run of each
 # fuzzer, and the integration tests that run the real binary (the
 # Kubernetes ones against a real kube-apiserver and etcd, built once).
-test: vet fmt-check kubebin
+test: vet fmt-check testdeps kubebin
 	$(GO) test -race -count=1 -timeout 14m ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=10s
+
+# HAProxy, ip and unshare, from Debian's packages when missing.
+testdeps:
+	./scripts/testdeps.sh
 
 # kube-apiserver and etcd for the Kubernetes integration tests, built from
 # the Go module proxy into .cache/kubebin when missing.

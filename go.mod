@@ -3,6 +3,7 @@ module github.com/baton-proxy/baton
 go 1.26.0
 
 require (
+	github.com/pires/go-proxyproto v0.15.0
 	github.com/urfave/cli/v2 v2.27.7
 	go.uber.org/zap v1.28.0
 	golang.org/x/sys v0.50.0

@@ -148,8 +148,23 @@ type Stats struct {
 	// LogDropped counts the log lines the worker dropped because its log
 	// destination did not keep up (optional).
 	LogDropped uint64 `json:"logDropped,omitempty"`
+	// TLSHandshakeErrors counts failed TLS handshakes (optional).
+	TLSHandshakeErrors uint64 `json:"tlsHandshakeErrors,omitempty"`
+	// ProxyProtocolErrors counts connections closed for a missing or
+	// malformed PROXY protocol header (optional).
+	ProxyProtocolErrors uint64 `json:"proxyProtocolErrors,omitempty"`
 	// Backends describes the worker's backends (optional).
 	Backends []BackendStats `json:"backends,omitempty"`
+}
+
+// AddCounters adds o's counters (those that only grow) to s's.
+func (s *Stats) AddCounters(o *Stats) {
+	s.Accepted += o.Accepted
+	s.Requests += o.Requests
+	s.Errors += o.Errors
+	s.LogDropped += o.LogDropped
+	s.TLSHandshakeErrors += o.TLSHandshakeErrors
+	s.ProxyProtocolErrors += o.ProxyProtocolErrors
 }
 
 // BackendStats describes one backend of a worker: where its endpoints come

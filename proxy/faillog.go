@@ -64,3 +64,33 @@ func (l *failLog) add(f upstreamFailure) {
 	}
 	l.log.Warn("upstream failed", fields...)
 }
+
+// everySecond logs one line a second at most, with the count of the ones
+// it left out, for events that a client can cause at any rate.
+type everySecond struct {
+	log *zap.Logger
+
+	mu         sync.Mutex // protects the rest
+	last       time.Time  // when the last line was logged
+	suppressed int        // events not logged since
+}
+
+// warn logs msg with fields, unless a line was logged less than a second
+// ago.
+func (l *everySecond) warn(msg string, fields ...zap.Field) {
+	now := time.Now()
+	l.mu.Lock()
+	if now.Sub(l.last) < time.Second {
+		l.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	l.last = now
+	suppressed := l.suppressed
+	l.suppressed = 0
+	l.mu.Unlock()
+	if suppressed > 0 {
+		fields = append(fields, zap.Int("suppressed", suppressed))
+	}
+	l.log.Warn(msg, fields...)
+}

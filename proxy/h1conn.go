@@ -17,6 +17,7 @@ import (
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/proxy/h1"
+	"github.com/baton-proxy/baton/proxy/proxyproto"
 	"go.uber.org/zap"
 )
 
@@ -81,6 +82,9 @@ const (
 // serve runs the connection until it closes.
 func (hc *h1conn) serve() {
 	defer hc.finish()
+	if hc.f.proxyProtocol && !hc.readProxyHeader() {
+		return
+	}
 	if hc.tls != nil && !hc.handshake() {
 		return
 	}
@@ -97,6 +101,51 @@ func (hc *h1conn) serve() {
 			return
 		}
 	}
+}
+
+// setClient records the client's address, for X-Forwarded-For and the
+// access log, and whether it is a trusted proxy's.
+func (hc *h1conn) setClient(addr net.Addr) {
+	hc.client, hc.trusted = hc.client[:0], false
+	if ta, ok := addr.(*net.TCPAddr); ok {
+		a := ta.AddrPort().Addr().Unmap()
+		hc.client = a.AppendTo(hc.client)
+		hc.trusted = hc.f.p.isTrusted(a)
+	}
+}
+
+// readProxyHeader reads the PROXY protocol header the connection starts
+// with, within readHeaderTimeout, and takes the client's address from it;
+// TLS, when the listener has it, starts after it. A connection without a
+// valid header is closed, as nginx and HAProxy do ("broken header"). It
+// reports whether the connection goes on.
+func (hc *h1conn) readProxyHeader() bool {
+	raw := hc.c
+	hc.state.Store(connIdle) // the drain may close it, as an idle one
+	raw.SetReadDeadline(time.Now().Add(hc.f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
+	h, err := proxyproto.Read(raw)
+	for err != nil && isTimeout(err) && hc.state.Load() == connClosing && pendingInput(raw) {
+		hc.activate() // the drain's wake-up met a header arriving
+		raw.SetReadDeadline(time.Now().Add(hc.f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
+		h, err = proxyproto.Read(raw)
+	}
+	if err != nil {
+		hc.f.p.badProxyHeader(hc.f.name, raw, err)
+		return false
+	}
+	if !hc.state.CompareAndSwap(connIdle, connActive) {
+		hc.activate()
+	}
+	raw.SetReadDeadline(time.Time{})
+	c := proxyproto.NewConn(raw, h)
+	hc.setClient(c.RemoteAddr())
+	if hc.f.tls != nil {
+		hc.tls = tls.Server(c, hc.f.tls)
+		c = hc.tls
+	}
+	hc.c, hc.cw.c = c, c
+	hc.rd.Reset(c)
+	return true
 }
 
 // handshake runs the TLS handshake, within readHeaderTimeout, and hands a

@@ -28,11 +28,13 @@ const drainPoll = 5 * time.Millisecond
 // the HTTP/2 preface (h2c) are handed to a net/http server whose handler is
 // an httputil.ReverseProxy.
 type httpFrontend struct {
-	name  string
-	p     *Proxy
-	tls   *tls.Config // terminate TLS when set
-	acc   acceptor
-	conns sync.WaitGroup // h1conn goroutines
+	name string
+	p    *Proxy
+	tls  *tls.Config // terminate TLS when set
+	// proxyProtocol: each connection starts with a PROXY header.
+	proxyProtocol bool
+	acc           acceptor
+	conns         sync.WaitGroup // h1conn goroutines
 	// inflight counts HTTP/2 requests and upgraded tunnels.
 	inflight sync.WaitGroup
 	h2       *h2Server
@@ -59,8 +61,9 @@ func (f *httpFrontend) serve(lns []net.Listener) {
 
 func (f *httpFrontend) newConn(c net.Conn) *h1conn {
 	var tc *tls.Conn
-	if f.tls != nil {
-		// The handshake happens in the connection's goroutine.
+	if f.tls != nil && !f.proxyProtocol {
+		// The handshake happens in the connection's goroutine (after
+		// the PROXY header, when there is one: see readProxyHeader).
 		tc = tls.Server(c, f.tls)
 		c = tc
 	}
@@ -75,12 +78,7 @@ func (f *httpFrontend) newConn(c net.Conn) *h1conn {
 	hc.c, hc.cw.c, hc.tls = c, c, tc
 	hc.wdl = time.Time{}
 	hc.state.Store(connActive)
-	hc.client, hc.trusted = hc.client[:0], false
-	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		a := ta.AddrPort().Addr().Unmap()
-		hc.client = a.AppendTo(hc.client)
-		hc.trusted = f.p.isTrusted(a)
-	}
+	hc.setClient(c.RemoteAddr())
 	f.mu.Lock()
 	f.live[hc] = c
 	f.mu.Unlock()

@@ -57,6 +57,8 @@ type Proxy struct {
 	access *accessLog
 	// trusted are the trusted proxies' addresses.
 	trusted []netip.Prefix
+	// badHeaders logs connections refused for their PROXY header.
+	badHeaders everySecond
 }
 
 // counters are the worker's statistics, reported to the supervisor.
@@ -67,12 +69,16 @@ type counters struct {
 	errors   atomic.Uint64
 	// tlsHandshakeErrors counts failed TLS handshakes.
 	tlsHandshakeErrors atomic.Uint64
+	// proxyProtocolErrors counts connections closed for a missing or
+	// malformed PROXY protocol header.
+	proxyProtocolErrors atomic.Uint64
 }
 
 // New compiles cfg's backends and routes.
 func New(cfg *config.Config, log *zap.Logger) *Proxy {
 	p := &Proxy{cfg: cfg, log: log, backends: make(map[string]*backend), changed: make(chan struct{}, 1), stopReaper: make(chan struct{})}
 	p.fails.log = log
+	p.badHeaders.log = log
 	for _, s := range cfg.TrustedProxies {
 		if pfx, err := config.ParsePrefix(s); err == nil { // validated
 			p.trusted = append(p.trusted, pfx)
@@ -121,13 +127,13 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 		switch lc.Protocol {
 		case config.ProtocolHTTP:
 			f := newHTTPFrontend(lc.Name, p)
-			f.tls = tc
+			f.tls, f.proxyProtocol = tc, lc.ProxyProtocol
 			p.https = append(p.https, f)
 			f.serve(lns)
 		case config.ProtocolTCP:
 			rt := p.router.match(lc.Name, "", "")
 			f := newTCPFrontend(lc.Name, p, rt.backend)
-			f.tls = tc
+			f.tls, f.proxyProtocol = tc, lc.ProxyProtocol
 			p.tcps = append(p.tcps, f)
 			f.serve(lns)
 		}
@@ -200,6 +206,9 @@ func (p *Proxy) Stats() ipc.Stats {
 		Accepted:    p.stats.accepted.Load(),
 		Requests:    p.stats.requests.Load(),
 		Errors:      p.stats.errors.Load(),
+
+		TLSHandshakeErrors:  p.stats.tlsHandshakeErrors.Load(),
+		ProxyProtocolErrors: p.stats.proxyProtocolErrors.Load(),
 	}
 	if p.logDropped != nil {
 		s.LogDropped = p.logDropped()
@@ -281,4 +290,14 @@ func (p *Proxy) isTrusted(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// badProxyHeader counts and logs (at most a line a second) a connection
+// closed for its PROXY protocol header. The usual cause is a listener with
+// proxyProtocol: true behind a balancer that does not send one, or a
+// client that reached it directly.
+func (p *Proxy) badProxyHeader(listener string, c net.Conn, err error) {
+	p.stats.proxyProtocolErrors.Add(1)
+	p.badHeaders.warn("PROXY protocol header refused", zap.String("listener", listener),
+		zap.Stringer("peer", c.RemoteAddr()), zap.Error(err))
 }

@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"net"
 	"sync"
+	"time"
 
+	"github.com/baton-proxy/baton/proxy/proxyproto"
 	"go.uber.org/zap"
 )
 
@@ -15,8 +17,10 @@ type tcpFrontend struct {
 	p       *Proxy
 	backend *backend
 	tls     *tls.Config // terminate TLS when set
-	acc     acceptor
-	streams sync.WaitGroup // proxied streams
+	// proxyProtocol: each connection starts with a PROXY header.
+	proxyProtocol bool
+	acc           acceptor
+	streams       sync.WaitGroup // proxied streams
 
 	mu      sync.Mutex            // protects conns and closing
 	conns   map[net.Conn]net.Conn // client to upstream (nil while dialing)
@@ -29,9 +33,6 @@ func newTCPFrontend(name string, p *Proxy, b *backend) *tcpFrontend {
 
 func (f *tcpFrontend) serve(lns []net.Listener) {
 	f.acc.start(f.p, f.name, lns, func(c net.Conn) {
-		if f.tls != nil {
-			c = tls.Server(c, f.tls) // the handshake happens in the copy
-		}
 		f.mu.Lock()
 		f.conns[c] = nil
 		f.mu.Unlock()
@@ -41,16 +42,43 @@ func (f *tcpFrontend) serve(lns []net.Listener) {
 }
 
 // proxy copies one stream both ways, passing half-closes along, until both
-// directions have ended.
-func (f *tcpFrontend) proxy(c net.Conn) {
+// directions have ended. A PROXY header, when the listener wants one, is
+// read first (within http.readHeaderTimeout), then TLS is terminated.
+func (f *tcpFrontend) proxy(raw net.Conn) {
 	defer f.streams.Done()
 	defer func() {
-		c.Close()
+		raw.Close()
 		f.mu.Lock()
-		delete(f.conns, c)
+		delete(f.conns, raw)
 		f.mu.Unlock()
 		f.p.stats.conns.Add(-1)
 	}()
+	c := raw
+	if f.proxyProtocol {
+		raw.SetReadDeadline(time.Now().Add(f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
+		// The stream has no use for the client's address yet (no access
+		// log for tcp listeners): the header is checked and consumed, and
+		// the raw socket kept for splice.
+		if _, err := proxyproto.Read(raw); err != nil {
+			f.p.badProxyHeader(f.name, raw, err)
+			return
+		}
+		raw.SetReadDeadline(time.Time{})
+	}
+	if f.tls != nil {
+		// Handshake before dialing: a failed one costs no upstream
+		// connection, and is counted.
+		tc := tls.Server(c, f.tls)
+		ctx, cancel := context.WithTimeout(context.Background(), f.p.cfg.HTTP.ReadHeaderTimeout.Std())
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			f.p.stats.tlsHandshakeErrors.Add(1)
+			f.p.log.Debug("tls handshake", zap.String("listener", f.name), zap.Stringer("client", raw.RemoteAddr()), zap.Error(err))
+			return
+		}
+		c = tc
+	}
 	f.p.stats.requests.Add(1)
 	f.backend.requests.Add(1)
 	up, _, err := f.backend.dialStream(context.Background())
@@ -63,7 +91,7 @@ func (f *tcpFrontend) proxy(c net.Conn) {
 	defer up.Close()
 	f.mu.Lock()
 	closing := f.closing
-	f.conns[c] = up
+	f.conns[raw] = up
 	f.mu.Unlock()
 	if closing {
 		return

@@ -333,10 +333,7 @@ func (s *Supervisor) handleExit(p *proc, err error) {
 	g := sl.gen
 	// Its counters live on in the totals: they never go down across
 	// restarts and generations.
-	s.state.retired.Accepted += sl.stats.Accepted
-	s.state.retired.Requests += sl.stats.Requests
-	s.state.retired.Errors += sl.stats.Errors
-	s.state.retired.LogDropped += sl.stats.LogDropped
+	s.state.retired.AddCounters(&sl.stats)
 	for _, b := range sl.stats.Backends {
 		c := s.state.retiredBackends[b.Name]
 		c.Add(b.BackendCounters)

@@ -168,6 +168,9 @@ func (s *Supervisor) snapshot() Status {
 		Handoffs: make(map[Outcome]uint64, len(st.outcomes)),
 
 		LogDropped: st.retired.LogDropped,
+
+		TLSHandshakeErrors:  st.retired.TLSHandshakeErrors,
+		ProxyProtocolErrors: st.retired.ProxyProtocolErrors,
 	}
 	if s.opts.LogDropped != nil {
 		out.Totals.LogDropped += s.opts.LogDropped()
@@ -185,6 +188,8 @@ func (s *Supervisor) snapshot() Status {
 			out.Totals.Requests += sl.stats.Requests
 			out.Totals.Errors += sl.stats.Errors
 			out.Totals.LogDropped += sl.stats.LogDropped
+			out.Totals.TLSHandshakeErrors += sl.stats.TLSHandshakeErrors
+			out.Totals.ProxyProtocolErrors += sl.stats.ProxyProtocolErrors
 			out.Totals.Connections += sl.stats.Connections
 			for _, b := range sl.stats.Backends {
 				c := backends[b.Name]

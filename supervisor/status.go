@@ -45,6 +45,11 @@ type Totals struct {
 	// LogDropped counts log lines dropped, by the supervisor and every
 	// worker, because the log destination did not keep up.
 	LogDropped uint64 `json:"logDropped"`
+	// TLSHandshakeErrors counts failed TLS handshakes, every worker's.
+	TLSHandshakeErrors uint64 `json:"tlsHandshakeErrors"`
+	// ProxyProtocolErrors counts connections closed for a missing or
+	// malformed PROXY protocol header.
+	ProxyProtocolErrors uint64 `json:"proxyProtocolErrors"`
 	// Handoffs counts handoffs by outcome.
 	Handoffs map[Outcome]uint64 `json:"handoffs"`
 	// Backends counts, per backend name, what every worker sent it.

@@ -144,6 +144,9 @@ func (s *Supervisor) upgradeState() upgradeState {
 			Requests:   snap.Totals.Requests,
 			Errors:     snap.Totals.Errors,
 			LogDropped: snap.Totals.LogDropped,
+
+			TLSHandshakeErrors:  snap.Totals.TLSHandshakeErrors,
+			ProxyProtocolErrors: snap.Totals.ProxyProtocolErrors,
 		},
 		Backends:       snap.Totals.Backends,
 		TicketKeys:     st.ticketKeys,
@@ -174,7 +177,8 @@ func (s *Supervisor) takeUpgradeState() uint64 {
 		st.outcomes[o] = n
 	}
 	// The log destination's drops are each process's own: not carried.
-	st.retired = ipc.Stats{Accepted: us.Totals.Accepted, Requests: us.Totals.Requests, Errors: us.Totals.Errors}
+	st.retired = ipc.Stats{Accepted: us.Totals.Accepted, Requests: us.Totals.Requests, Errors: us.Totals.Errors,
+		TLSHandshakeErrors: us.Totals.TLSHandshakeErrors, ProxyProtocolErrors: us.Totals.ProxyProtocolErrors}
 	for name, c := range us.Backends {
 		st.retiredBackends[name] = c
 	}

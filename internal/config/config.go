@@ -181,6 +181,11 @@ type Listener struct {
 	// TLS, when set, terminates TLS on the listener: HTTP/1.1 and HTTP/2
 	// (ALPN) for http, the raw stream for tcp.
 	TLS *ListenerTLS `json:"tls,omitempty"`
+	// ProxyProtocol requires every connection to start with a PROXY
+	// protocol header (version 1 or 2, from a load balancer), whose
+	// source address then counts as the client's. A connection without
+	// one is closed.
+	ProxyProtocol bool `json:"proxyProtocol,omitempty"`
 }
 
 // Backend is a set of upstream addresses: static ones, or a Kubernetes

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The programs the tests run beside baton, installed from Debian's
+# packages when missing: HAProxy (a real PROXY protocol sender), and ip
+# and unshare (the network and PID namespaces of the Kubernetes and
+# upgrade tests).
+set -euo pipefail
+need=()
+command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
+command -v ip >/dev/null || need+=(iproute2)
+command -v unshare >/dev/null || need+=(util-linux)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+  echo "testdeps: need ${need[*]} (apt-get install as root)" >&2
+  exit 1
+fi
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# The package starts its service; the tests run their own.
+service haproxy stop >/dev/null 2>&1 || true
