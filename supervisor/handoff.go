@@ -109,6 +109,7 @@ func (s *Supervisor) runPending() {
 		return
 	}
 	s.logWarnings(cfg)
+	s.updateWatch(cfg)
 	if cfg.ControlSocket != st.cfg.ControlSocket {
 		// Moving it would strand every client that finds the socket
 		// through the config file (docs/operations.md says so too).

@@ -29,6 +29,7 @@ type loopState struct {
 	watchdogAt      time.Time // send WATCHDOG=1 at this time; zero: no watchdog
 	accessLog       *os.File  // the access log file, when a config names one
 	accessLogPath   string
+	watch           *fileWatch // watch: true
 	ticketKeys      [][]byte  // TLS session-ticket keys, newest first
 	ticketRotateAt  time.Time // when the next key is made
 	stopAt          time.Time // kill everything left at this time while stopping
@@ -132,6 +133,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}()
 	stopOnCancel := context.AfterFunc(ctx, func() { s.Stop(false) })
 	defer stopOnCancel()
+	defer s.stopWatch()
+	s.updateWatch(cfg)
 
 	st.ticketKeys = [][]byte{newTicketKey()}
 	st.ticketRotateAt = time.Now().Add(TicketKeyRotation)
@@ -359,6 +362,7 @@ func (s *Supervisor) handleStop(now bool) {
 		return
 	}
 	st.stopping = true
+	s.stopWatch()
 	s.notify(sdnotify.Stopping, s.notifyStatus())
 	s.refusePending()
 	if st.starting != nil {

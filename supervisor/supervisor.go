@@ -52,6 +52,10 @@ const (
 // Config is what the supervisor needs of a configuration. Load functions
 // build it from the config file; Payload reaches every worker untouched.
 type Config struct {
+	// WatchFiles, when set, are files (absolute paths) whose change of
+	// content makes the supervisor reload, after WatchDebounce: the config
+	// file and those it names (watch: true).
+	WatchFiles []string
 	// ControlSocket is the control socket's path; read at start only.
 	ControlSocket string
 	// Workers is the number of worker processes per generation.

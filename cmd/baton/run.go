@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -151,6 +152,15 @@ func loadSupervisorConfig(path string) (*supervisor.Config, error) {
 		Warnings:         cfg.Warnings,
 		AccessLogPath:    accessLogFile(cfg.AccessLog.Path),
 		Payload:          payload,
+	}
+	if cfg.Watch {
+		for _, f := range append([]string{path}, cfg.Files()...) {
+			abs, err := filepath.Abs(f)
+			if err != nil {
+				return nil, fmt.Errorf("watch %s: %w", f, err)
+			}
+			sc.WatchFiles = append(sc.WatchFiles, abs)
+		}
 	}
 	for _, l := range cfg.Listeners {
 		network, address, err := l.Network()

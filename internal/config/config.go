@@ -109,6 +109,9 @@ type Config struct {
 	// (the client appended) and their X-Forwarded-Proto and -Host passed
 	// on. From any other client these are replaced. Default: none.
 	TrustedProxies []string `json:"trustedProxies,omitempty"`
+	// Watch makes the supervisor watch the config file and every file it
+	// names (Files), and reload when one changes content.
+	Watch bool `json:"watch,omitempty"`
 
 	// Warnings are what loading the config found wrong but not fatal (an
 	// expired certificate); not part of the file.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -156,5 +157,23 @@ func TestLoadTooLarge(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
 		t.Fatal("Load of a missing file succeeded")
+	}
+}
+
+// TestFiles: the files a config names for baton to read, for watch.
+func TestFiles(t *testing.T) {
+	c := &Config{
+		Listeners: []Listener{
+			{Name: "plain"},
+			{Name: "secure", TLS: &ListenerTLS{
+				Certificates: []Certificate{{CertFile: "/a.crt", KeyFile: "/a.key"}, {CertFile: "/b.crt", KeyFile: "/b.key"}},
+				ClientCA:     "/ca.pem",
+			}},
+		},
+		Kubernetes: Kubernetes{Kubeconfig: "/kubeconfig"},
+	}
+	want := []string{"/a.crt", "/a.key", "/b.crt", "/b.key", "/ca.pem", "/kubeconfig"}
+	if got := c.Files(); !slices.Equal(got, want) {
+		t.Errorf("Files() = %v, want %v", got, want)
 	}
 }

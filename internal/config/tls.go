@@ -112,6 +112,28 @@ func (c *Config) loadTLS() (warnings []string, err error) {
 	return warnings, nil
 }
 
+// Files returns the files the config names for baton to read, as they
+// are written (a relative path is the working directory's): TLS
+// certificates, keys and client CAs, and the kubeconfig when set.
+func (c *Config) Files() []string {
+	var files []string
+	for _, l := range c.Listeners {
+		if l.TLS == nil {
+			continue
+		}
+		for _, cert := range l.TLS.Certificates {
+			files = append(files, cert.CertFile, cert.KeyFile)
+		}
+		if l.TLS.ClientCA != "" {
+			files = append(files, l.TLS.ClientCA)
+		}
+	}
+	if c.Kubernetes.Kubeconfig != "" {
+		files = append(files, c.Kubernetes.Kubeconfig)
+	}
+	return files
+}
+
 // hasTLSMaterial reports whether the config carries key material, which
 // only the supervisor puts there.
 func (c *Config) hasTLSMaterial() bool {

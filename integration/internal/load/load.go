@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -60,6 +61,10 @@ type Config struct {
 	// Progress, when set, counts successful requests and echoes as they
 	// happen, so a test can wait for traffic to flow.
 	Progress *atomic.Uint64
+	// TLS, when set, makes the HTTP clients speak HTTPS (HTTP/1.1) with
+	// it: a new connection is a TLS handshake (resumed when TLS has a
+	// session cache).
+	TLS *tls.Config
 }
 
 // Failure classes.
@@ -260,6 +265,15 @@ func dial(ctx context.Context, addr string, timeout time.Duration) (net.Conn, er
 	return d.DialContext(ctx, "tcp", addr)
 }
 
+// dialHTTP connects to the HTTP address, with TLS when cfg has it.
+func dialHTTP(ctx context.Context, cfg Config) (net.Conn, error) {
+	if cfg.TLS == nil {
+		return dial(ctx, cfg.HTTPAddr, cfg.Timeout)
+	}
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: cfg.Timeout}, Config: cfg.TLS}
+	return d.DialContext(ctx, "tcp", cfg.HTTPAddr)
+}
+
 // keepAliveClient sends req back to back on one connection, reconnecting
 // when the server closes it, and checks each response's body length.
 func keepAliveClient(ctx context.Context, cfg Config, r *recorder, req []byte, wantLen int64, retry bool, retryReq []byte) {
@@ -277,7 +291,7 @@ func keepAliveClient(ctx context.Context, cfg Config, r *recorder, req []byte, w
 	defer closeConn()
 	for !over(ctx) {
 		if cc == nil {
-			c, err := dial(ctx, cfg.HTTPAddr, cfg.Timeout)
+			c, err := dialHTTP(ctx, cfg)
 			if err != nil {
 				if !over(ctx) {
 					r.fail(classify(err, false), err)
@@ -343,7 +357,7 @@ func roundTrip(c net.Conn, br *bufio.Reader, req []byte, wantLen int64) (*http.R
 }
 
 func retryOnce(ctx context.Context, cfg Config, req []byte) error {
-	c, err := dial(ctx, cfg.HTTPAddr, cfg.Timeout)
+	c, err := dialHTTP(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -357,7 +371,7 @@ func retryOnce(ctx context.Context, cfg Config, req []byte) error {
 func newConnClient(ctx context.Context, cfg Config, r *recorder, req []byte) {
 	for !over(ctx) {
 		t0 := time.Now()
-		c, err := dial(ctx, cfg.HTTPAddr, cfg.Timeout)
+		c, err := dialHTTP(ctx, cfg)
 		if err != nil {
 			if !over(ctx) {
 				r.fail(classify(err, false), err)
