@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -241,4 +242,66 @@ func TestTLSOverTCP(t *testing.T) {
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping\n" {
 		t.Fatalf("echo over TLS: %q %v", buf, err)
 	}
+}
+
+// TestUpstreamTLS: a backend with tls is reached over HTTPS, its
+// certificate verified against caFile for serverName; a CA that did not
+// sign it is a 502, with the reason in the log.
+func TestUpstreamTLS(t *testing.T) {
+	ca := certs.NewCA(t, "backend CA")
+	c, k := ca.Issue(t, []string{"backend.example"}, certs.Options{})
+	pair, err := tls.X509KeyPair(c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s over TLS %t", r.URL.Path, r.TLS != nil)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	srv.StartTLS()
+	defer srv.Close()
+	dir := t.TempDir()
+	caFile := dir + "/backend-ca.pem"
+	os.WriteFile(caFile, ca.PEM, 0o644)
+	other := dir + "/other-ca.pem"
+	os.WriteFile(other, certs.NewCA(t, "another CA").PEM, 0o644)
+
+	cfg := fmt.Sprintf(`controlSocket: @DIR@/run/control.sock
+listeners:
+  - name: web
+    address: "127.0.0.1:0"
+backends:
+  - name: good
+    static: [%[1]q]
+    tls: {serverName: backend.example, caFile: %[2]q}
+  - name: bad
+    static: [%[1]q]
+    tls: {serverName: backend.example, caFile: %[3]q}
+routes:
+  - listener: web
+    pathPrefix: /good
+    backend: good
+  - listener: web
+    pathPrefix: /bad
+    backend: bad
+`, strings.TrimPrefix(srv.URL, "https://"), caFile, other)
+	b := startBaton(t, cfg)
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + b.Address("web") + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/good"); code != 200 || body != "/good over TLS true" {
+		t.Errorf("/good: %d %q, want 200 from the backend over TLS", code, body)
+	}
+	if code, _ := get("/bad"); code != 502 {
+		t.Errorf("/bad (a CA that did not sign the backend's certificate): %d, want 502", code)
+	}
+	waitFor(t, 10*time.Second, "the upstream failure logged with its reason", func() bool {
+		return strings.Contains(b.Logs.String(), "certificate signed by unknown authority")
+	})
 }

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -53,6 +55,9 @@ type backend struct {
 
 	transport *http.Transport        // the HTTP/2 frontend's way upstream
 	proxy     *httputil.ReverseProxy // the HTTP/2 frontend's proxy
+	// tlsConf, when set, is how connections to the endpoints speak TLS
+	// (config tls); each endpoint has it with its ServerName.
+	tlsConf *tls.Config
 }
 
 // endpoint is one upstream address and what the balancers track of it. It
@@ -62,6 +67,7 @@ type endpoint struct {
 	addr     string
 	key      string // the sticky cookie's value for it
 	pool     *addrPool
+	tlsConf  *tls.Config // the backend's, with this endpoint's ServerName; nil: plain TCP
 	inflight atomic.Int64
 	fails    atomic.Int32 // consecutive connect failures
 	ejects   atomic.Int32 // ejections in a row
@@ -106,6 +112,7 @@ func newBackend(bc config.Backend, headMax int) *backend {
 		hashHeader:      strings.ToLower(bc.HashHeader),
 		responseTimeout: bc.ResponseTimeout.Std(),
 	}
+	b.tlsConf = upstreamTLS(bc.TLS)
 	if bc.Kubernetes != nil {
 		b.mode = bc.Kubernetes.Mode
 		b.set.Store(&endpointSet{err: errors.New("waiting for the Kubernetes caches")})
@@ -125,8 +132,45 @@ func newBackend(bc config.Backend, headMax int) *backend {
 		DisableCompression:    true,
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     false,
+		TLSClientConfig:       b.tlsConf, // used for https:// (newReverseProxy)
 	}
 	return b
+}
+
+// upstreamTLS is the client TLS config of a backend's tls settings, nil
+// without them. Sessions are cached, so that new connections to an
+// endpoint resume.
+func upstreamTLS(t *config.BackendTLS) *tls.Config {
+	if t == nil {
+		return nil
+	}
+	conf := &tls.Config{
+		ServerName:         t.ServerName,
+		InsecureSkipVerify: t.InsecureSkipVerify,
+		MinVersion:         tls.VersionTLS12,
+		NextProtos:         []string{"http/1.1"},
+		ClientSessionCache: tls.NewLRUClientSessionCache(256),
+	}
+	if len(t.CAPEM) > 0 {
+		conf.RootCAs = x509.NewCertPool()
+		conf.RootCAs.AppendCertsFromPEM(t.CAPEM) // the supervisor checked it
+	}
+	return conf
+}
+
+// endpointTLS is the backend's TLS config for the endpoint at addr: its
+// host is the ServerName when the config names none.
+func (b *backend) endpointTLS(addr string) *tls.Config {
+	if b.tlsConf == nil || b.tlsConf.ServerName != "" {
+		return b.tlsConf
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	conf := b.tlsConf.Clone()
+	conf.ServerName = host
+	return conf
 }
 
 // update installs a new set of endpoints. Endpoints that left, or became
@@ -141,7 +185,7 @@ func (b *backend) update(eps []kube.Endpoint, err error) {
 	for _, e := range eps {
 		ep := b.byAddr[e.Address]
 		if ep == nil {
-			ep = &endpoint{addr: e.Address, key: stickyKey(e.Address), pool: newAddrPool(e.Address, maxIdlePerAddress, b.lifetime, b.cfg.IdleTimeout.Std())}
+			ep = &endpoint{addr: e.Address, key: stickyKey(e.Address), pool: newAddrPool(e.Address, maxIdlePerAddress, b.lifetime, b.cfg.IdleTimeout.Std()), tlsConf: b.endpointTLS(e.Address)}
 			b.byAddr[e.Address] = ep
 		}
 		keep[e.Address] = true
@@ -211,7 +255,7 @@ func (ep *endpoint) conn(ctx context.Context, b *backend, fresh bool) (*upConn, 
 			return uc, nil
 		}
 	}
-	uc, err := ep.pool.dial(ctx, &b.dialer, b.headMax)
+	uc, err := ep.pool.dial(ctx, b, ep.tlsConf)
 	if err != nil {
 		ep.connectFailed()
 		return nil, err
@@ -244,6 +288,9 @@ func (b *backend) dialStream(ctx context.Context) (net.Conn, *endpoint, error) {
 		}
 		a.tried(ep)
 		c, err := b.dialer.DialContext(ctx, "tcp", ep.addr)
+		if err == nil && ep.tlsConf != nil {
+			c, err = b.handshake(ctx, c, ep.tlsConf)
+		}
 		if err == nil {
 			ep.connected()
 			return c, ep, nil

@@ -304,9 +304,13 @@ func (w *loggingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // newReverseProxy returns the HTTP/2 frontend's reverse proxy in front of b.
 func (p *Proxy) newReverseProxy(b *backend) *httputil.ReverseProxy {
+	scheme := "http"
+	if b.tlsConf != nil {
+		scheme = "https" // the transport's TLSClientConfig is the backend's
+	}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Scheme = scheme
 			pr.Out.URL.Host = b.name // RoundTrip puts an address here
 			pr.Out.Host = pr.In.Host
 			// A trusted proxy's chain is kept and the client appended

@@ -3,6 +3,8 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"syscall"
@@ -32,7 +34,8 @@ type upConn struct {
 	idle    time.Time // when it was put back
 	reuse   bool      // it served a request before this one
 	wdl     time.Time // the write deadline last set
-	fd      int       // c's descriptor, for alive; -1 when it has none
+	fd      int       // c's descriptor (the socket's, under TLS), for alive; -1 when it has none
+	tls     *tls.Conn // c, when the backend speaks TLS
 }
 
 // extendWriteDeadline is reader.extendDeadline for writes.
@@ -137,16 +140,42 @@ func (p *addrPool) closeIdle() {
 	}
 }
 
-// dial opens a new connection to the pool's address.
-func (p *addrPool) dial(ctx context.Context, d *net.Dialer, headMax int) (*upConn, error) {
-	c, err := d.DialContext(ctx, "tcp", p.addr)
+// dial opens a new connection to the pool's address, over TLS with
+// tconf when it is set.
+func (p *addrPool) dial(ctx context.Context, b *backend, tconf *tls.Config) (*upConn, error) {
+	c, err := b.dialer.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, &dialError{err}
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	return &upConn{c: c, rd: h1.NewReader(c, headMax), bw: bufio.NewWriterSize(c, writeBufSize), pool: p, created: time.Now(), fd: peekFD(c)}, nil
+	uc := &upConn{pool: p, created: time.Now(), fd: peekFD(c)}
+	if tconf != nil {
+		if c, err = b.handshake(ctx, c, tconf); err != nil {
+			return nil, err
+		}
+		uc.tls = c.(*tls.Conn)
+	}
+	uc.c, uc.rd, uc.bw = c, h1.NewReader(c, b.headMax), bufio.NewWriterSize(c, writeBufSize)
+	return uc, nil
+}
+
+// handshake runs the client side of TLS on c, a new connection, within
+// the backend's connectTimeout. A failure is a failed connect: nothing
+// was sent, and the next endpoint may be tried.
+func (b *backend) handshake(ctx context.Context, c net.Conn, tconf *tls.Config) (net.Conn, error) {
+	if t := b.dialer.Timeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	tc := tls.Client(c, tconf)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, &dialError{fmt.Errorf("tls handshake: %w", err)}
+	}
+	return tc, nil
 }
 
 // peekFD returns c's descriptor, for alive, or -1. The descriptor is
@@ -175,7 +204,19 @@ func (uc *upConn) alive() bool {
 	}
 	var b [1]byte
 	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(uc.fd), uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-	return errno == unix.EAGAIN
+	if errno != unix.EAGAIN {
+		return false
+	}
+	if uc.tls != nil {
+		// TLS may hold decrypted bytes, or whole records, that the
+		// socket no longer shows: a read that may not wait returns them
+		// (a timeout leaves a tls.Conn usable).
+		uc.tls.SetReadDeadline(time.Unix(1, 0))
+		n, err := uc.tls.Read(b[:])
+		uc.tls.SetReadDeadline(time.Time{})
+		return n == 0 && isTimeout(err)
+	}
+	return true
 }
 
 // pendingInput reports whether a client connection has bytes waiting in the

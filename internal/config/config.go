@@ -200,6 +200,8 @@ type Backend struct {
 	Static []string `json:"static,omitempty"`
 	// Kubernetes routes to a Service instead.
 	Kubernetes *KubeService `json:"kubernetes,omitempty"`
+	// TLS, when set, makes baton speak TLS (HTTPS) to the endpoints.
+	TLS *BackendTLS `json:"tls,omitempty"`
 	// Balancer picks an address per request: round-robin (default),
 	// least-request, cookie (sticky) or hash-header.
 	Balancer string `json:"balancer,omitempty"`
@@ -317,7 +319,7 @@ func parse(data []byte, offline bool) (*Config, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if c.hasTLSMaterial() {
-		return nil, fmt.Errorf("%w: certPEM, keyPEM and clientCAPEM are filled in by baton from the files: name the files (certFile, keyFile, clientCA)", ErrInvalid)
+		return nil, fmt.Errorf("%w: certPEM, keyPEM, clientCAPEM and caPEM are filled in by baton from the files: name the files (certFile, keyFile, clientCA, caFile)", ErrInvalid)
 	}
 	c.setDefaults()
 	if err := c.validate(offline); err != nil {

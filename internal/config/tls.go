@@ -35,6 +35,23 @@ type Certificate struct {
 	KeyPEM  []byte `json:"keyPEM,omitempty"`
 }
 
+// BackendTLS is how baton speaks TLS to a backend's endpoints.
+type BackendTLS struct {
+	// ServerName is sent (SNI) and must be a name of the endpoint's
+	// certificate. Default: the endpoint's host, usually its IP address
+	// (nginx's proxy_ssl_name is the upstream's name likewise).
+	ServerName string `json:"serverName,omitempty"`
+	// CAFile is a PEM file of the CAs that sign the endpoints'
+	// certificates. Default: the system's roots.
+	CAFile string `json:"caFile,omitempty"`
+	// CAPEM is CAFile's content, read by the supervisor; not for the
+	// config file.
+	CAPEM []byte `json:"caPEM,omitempty"`
+	// InsecureSkipVerify accepts any certificate: for tests, never for
+	// traffic that matters (a warning says so at every load).
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+}
+
 // DefaultTLSMinVersion is the lowest TLS version accepted by default.
 const DefaultTLSMinVersion = "1.2"
 
@@ -109,6 +126,24 @@ func (c *Config) loadTLS() (warnings []string, err error) {
 			}
 		}
 	}
+	for i := range c.Backends {
+		b := &c.Backends[i]
+		t := b.TLS
+		switch {
+		case t == nil:
+			continue
+		case t.InsecureSkipVerify:
+			warnings = append(warnings, fmt.Sprintf("backend %q: tls.insecureSkipVerify: any certificate is accepted, so anyone on the path can pose as the backend", b.Name))
+		}
+		if t.CAFile != "" {
+			if t.CAPEM, err = os.ReadFile(t.CAFile); err != nil {
+				return nil, fmt.Errorf("%w: backend %q: tls caFile: %w", ErrInvalid, b.Name, err)
+			}
+			if !x509.NewCertPool().AppendCertsFromPEM(t.CAPEM) {
+				return nil, fmt.Errorf("%w: backend %q: tls caFile %s holds no PEM certificate", ErrInvalid, b.Name, t.CAFile)
+			}
+		}
+	}
 	return warnings, nil
 }
 
@@ -126,6 +161,11 @@ func (c *Config) Files() []string {
 		}
 		if l.TLS.ClientCA != "" {
 			files = append(files, l.TLS.ClientCA)
+		}
+	}
+	for _, b := range c.Backends {
+		if b.TLS != nil && b.TLS.CAFile != "" {
+			files = append(files, b.TLS.CAFile)
 		}
 	}
 	if c.Kubernetes.Kubeconfig != "" {
@@ -148,6 +188,11 @@ func (c *Config) hasTLSMaterial() bool {
 			if len(cert.CertPEM) > 0 || len(cert.KeyPEM) > 0 {
 				return true
 			}
+		}
+	}
+	for _, b := range c.Backends {
+		if b.TLS != nil && len(b.TLS.CAPEM) > 0 {
+			return true
 		}
 	}
 	return false
