@@ -430,3 +430,37 @@ func TestMaxDrainingUnderAReloadStorm(t *testing.T) {
 		t.Errorf("the newest draining generation's stream: %v", err)
 	}
 }
+
+// TestKubernetesUnreachableSaysWhy: a generation whose Kubernetes API
+// server cannot be reached fails its readyTimeout with the API server's
+// error as the reason (not just "not ready"), the running generation
+// serves on, and the failing list or watch is logged (once, not at every
+// retry).
+func TestKubernetesUnreachableSaysWhy(t *testing.T) {
+	be := startBackend(t)
+	good := options{readyTimeout: "3s"}.configYAML(be)
+	b := startBaton(t, good)
+
+	dead := freePort(t) // nothing listens here
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://%s", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, dead)), 0o600)
+	kube := strings.Replace(good, fmt.Sprintf("    static: [%q]\n", be.HTTPAddr),
+		"    kubernetes: {service: default/shop, port: http, mode: endpoints}\n", 1) +
+		fmt.Sprintf("kubernetes:\n  kubeconfig: %q\n", kubeconfig)
+	b.WriteConfig(kube)
+	h := b.SIGHUP()
+	if h.Outcome != supervisor.OutcomeFailed || !strings.Contains(h.Reason, "not ready within readyTimeout 3s: kubernetes: namespace default") ||
+		!strings.Contains(h.Reason, "connection refused") {
+		t.Errorf("handoff %s %q; want failed with the API server's error", h.Outcome, h.Reason)
+	}
+	getOK(t, http.DefaultClient, "http://"+b.Address("web")+"/")
+	if logs := b.Logs.String(); strings.Count(logs, "kubernetes list or watch failed") < 1 || !strings.Contains(logs, "connection refused") {
+		t.Errorf("the failing list or watch is not in baton's log:\n%s", logs)
+	}
+}

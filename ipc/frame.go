@@ -76,6 +76,7 @@ const (
 	TypeAdopted  Type = 7
 	TypeTickets  Type = 8
 	TypeLogFile  Type = 9
+	TypeWaiting  Type = 10
 	TypeRequest  Type = 16
 	TypeResponse Type = 17
 )
@@ -90,6 +91,7 @@ var typeNames = map[Type]string{
 	TypeAdopted:  "adopted",
 	TypeTickets:  "tickets",
 	TypeLogFile:  "logfile",
+	TypeWaiting:  "waiting",
 	TypeRequest:  "request",
 	TypeResponse: "response",
 }

@@ -128,6 +128,16 @@ type Failed struct {
 	Reason string `json:"reason"`
 }
 
+// Waiting is a worker's word, before it is ready, on what it waits for
+// (the Kubernetes API server's error, say): the supervisor gives it as the
+// reason when the worker is not ready in time.
+type Waiting struct {
+	Reason string `json:"reason"`
+}
+
+// MaxWaitingReason bounds a Waiting reason; the supervisor cuts longer ones.
+const MaxWaitingReason = 1024
+
 // Drain tells a worker to stop accepting, finish what it has, and exit
 // before Deadline, when the supervisor kills what is left.
 type Drain struct {

@@ -408,6 +408,11 @@ func (w *Worker) Fail(reason string) error {
 	return w.supervisor().Send(TypeFailed, Failed{Reason: reason})
 }
 
+// Waiting tells the supervisor what the worker, not ready yet, waits for.
+func (w *Worker) Waiting(reason string) error {
+	return w.supervisor().Send(TypeWaiting, Waiting{Reason: reason})
+}
+
 // SendStats reports the worker's counters.
 // While the worker is an orphan, the report is lost (an error).
 func (w *Worker) SendStats(s Stats) error { return w.supervisor().Send(TypeStats, s) }

@@ -113,9 +113,14 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 	return nil
 }
 
+// waitingInterval is how often a worker waiting for its Kubernetes caches
+// looks at what they wait for.
+const waitingInterval = 500 * time.Millisecond
+
 // startKube starts watching the Kubernetes Services of targets and waits
 // for the first endpoints. The returned function stops the watch.
 func startKube(ctx context.Context, w *ipc.Worker, p *Proxy, cfg *config.Config, targets []kube.Target, log *zap.Logger) (func(), error) {
+	kube.RouteKlog(log)
 	client, err := kube.NewClient(cfg.Kubernetes.Kubeconfig, "baton")
 	if err != nil {
 		return nil, err
@@ -133,12 +138,28 @@ func startKube(ctx context.Context, w *ipc.Worker, p *Proxy, cfg *config.Config,
 		<-done
 	}
 	start := time.Now()
-	select {
-	case err = <-synced:
-	case <-w.Draining():
-		err = errors.New("told to drain before the Kubernetes caches synced")
-	case <-ctx.Done():
-		err = ctx.Err()
+	// Until the caches sync, say what they wait for (the API server's
+	// error): the supervisor gives it as the reason of a readyTimeout.
+	tick := time.NewTicker(waitingInterval)
+	defer tick.Stop()
+	said := ""
+wait:
+	for {
+		select {
+		case err = <-synced:
+			break wait
+		case <-w.Draining():
+			err = errors.New("told to drain before the Kubernetes caches synced")
+			break wait
+		case <-ctx.Done():
+			err = ctx.Err()
+			break wait
+		case <-tick.C:
+			if why := watcher.Waiting(); why != "" && why != said {
+				said = why
+				w.Waiting(why)
+			}
+		}
 	}
 	if err == nil {
 		err = p.configErrors()

@@ -49,6 +49,7 @@ type slot struct {
 	readyDeadline time.Time
 	restartAt     time.Time
 	failReason    string // what the worker said in a failed message
+	waiting       string // what the worker, not ready yet, last said it waits for
 	stats         ipc.Stats
 	// lastSeen is when the running process last sent a message; watched
 	// is set once it has sent stats, which makes its silence a sign of a
@@ -174,7 +175,7 @@ func (s *Supervisor) launch(sl *slot) error {
 	sl.state = WorkerStarting
 	sl.startedAt = p.startedAt
 	sl.readyDeadline = p.startedAt.Add(g.cfg.ReadyTimeout)
-	sl.failReason = ""
+	sl.failReason, sl.waiting = "", ""
 	sl.stats = ipc.Stats{} // a new process counts from zero
 	sl.lastSeen, sl.watched = p.startedAt, false
 	s.owned.Add(2)
@@ -298,6 +299,19 @@ func (s *Supervisor) handleMessage(p *proc, fr ipc.Frame) {
 			s.failGeneration(sl.gen, fmt.Sprintf("worker %d (pid %d) failed: %s", sl.index, sl.pid, m.Reason))
 		} else {
 			p.kill()
+		}
+	case ipc.TypeWaiting:
+		var m ipc.Waiting
+		if err := fr.Unmarshal(&m); err != nil {
+			s.handleBroken(p, err)
+			return
+		}
+		if len(m.Reason) > ipc.MaxWaitingReason {
+			m.Reason = m.Reason[:ipc.MaxWaitingReason] + "…"
+		}
+		if sl.state != WorkerReady && m.Reason != sl.waiting {
+			sl.waiting = m.Reason
+			sl.log().Info("worker waiting", zap.String("for", m.Reason))
 		}
 	case ipc.TypeStats:
 		var m ipc.Stats

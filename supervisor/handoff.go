@@ -218,6 +218,9 @@ func (s *Supervisor) snapshot() Status {
 
 				LastRestartReason: sl.restartReason,
 			})
+			if sl.state != WorkerReady {
+				gs.Workers[len(gs.Workers)-1].Waiting = sl.waiting
+			}
 		}
 		out.Generations = append(out.Generations, gs)
 	}

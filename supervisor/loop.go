@@ -30,11 +30,11 @@ type loopState struct {
 	accessLog       *os.File  // the access log file, when a config names one
 	accessLogPath   string
 	watch           *fileWatch // watch: true
-	ticketKeys      [][]byte  // TLS session-ticket keys, newest first
-	ticketRotateAt  time.Time // when the next key is made
-	stopAt          time.Time // kill everything left at this time while stopping
-	runErr          error     // what Run returns
-	retired         ipc.Stats // counters of the worker processes that exited
+	ticketKeys      [][]byte   // TLS session-ticket keys, newest first
+	ticketRotateAt  time.Time  // when the next key is made
+	stopAt          time.Time  // kill everything left at this time while stopping
+	runErr          error      // what Run returns
+	retired         ipc.Stats  // counters of the worker processes that exited
 	retiredBackends map[string]ipc.BackendCounters
 	outcomes        map[Outcome]uint64
 	upgrading       bool // an upgrade is starting the next supervisor
@@ -338,7 +338,11 @@ func (s *Supervisor) checkDeadlines(now time.Time) {
 func (s *Supervisor) notReadyReason(g *generation) string {
 	for _, sl := range g.slots {
 		if sl.state != WorkerReady {
-			return fmt.Sprintf("worker %d (pid %d) not ready within readyTimeout %s", sl.index, sl.pid, g.cfg.ReadyTimeout)
+			reason := fmt.Sprintf("worker %d (pid %d) not ready within readyTimeout %s", sl.index, sl.pid, g.cfg.ReadyTimeout)
+			if sl.waiting != "" {
+				reason += ": " + sl.waiting
+			}
+			return reason
 		}
 	}
 	return "not ready within readyTimeout"

@@ -97,6 +97,8 @@ type WorkerStatus struct {
 	// LastRestartReason says why the slot's process was last replaced
 	// (it died, or was unresponsive for workerTimeout).
 	LastRestartReason string `json:"lastRestartReason,omitempty"`
+	// Waiting is what a worker that is not ready yet says it waits for.
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // Handoff records one reload: what triggered it, between which generations,

@@ -326,6 +326,27 @@ func TestReadyTimeoutRollsBack(t *testing.T) {
 	<-stuck.exited
 }
 
+// TestReadyTimeoutSaysWhy: what a worker said it waits for is the reason
+// its readyTimeout gives, and status shows it meanwhile.
+func TestReadyTimeoutSaysWhy(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	h.readyGeneration(1)
+	c := *h.cfg.Load()
+	c.ReadyTimeout = time.Second
+	h.cfg.Store(&c)
+	done := h.reloadAsync()
+	stuck := h.next()
+	const why = "kubernetes: namespace default Services: connection refused"
+	if err := stuck.w.Waiting(why); err != nil {
+		t.Fatal(err)
+	}
+	ho := wait(t, done)
+	if ho.Outcome != OutcomeFailed || !strings.HasSuffix(ho.Reason, "not ready within readyTimeout 1s: "+why) {
+		t.Fatalf("handoff = %+v, want the worker's reason", ho)
+	}
+	<-stuck.exited
+}
+
 func TestInvalidConfigIsRefused(t *testing.T) {
 	h := newHarness(t, 1, nil)
 	h.readyGeneration(1)

@@ -21,6 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -74,6 +76,9 @@ type Watcher struct {
 	notify chan struct{} // capacity 1: something is dirty
 
 	last map[string]string // backend to a fingerprint of its last update
+
+	errMu   sync.Mutex       // protects lastErr
+	lastErr map[string]error // "namespace kind" to its informer's last list or watch error
 }
 
 // nsCache is the informers of one namespace: every Service, and the
@@ -99,6 +104,7 @@ func New(source Source, targets []Target, apply func([]Update), log *zap.Logger)
 		dirty:     make(map[string]struct{}),
 		notify:    make(chan struct{}, 1),
 		last:      make(map[string]string),
+		lastErr:   make(map[string]error),
 	}
 	names := make(map[string][]string)
 	for i := range w.targets {
@@ -117,10 +123,10 @@ func New(source Source, targets []Target, apply func([]Update), log *zap.Logger)
 func (w *Watcher) newNSCache(ns string, services []string) *nsCache {
 	sort.Strings(services)
 	selector := fmt.Sprintf("%s in (%s)", serviceNameLabel, strings.Join(services, ","))
-	svcInf := cache.NewSharedIndexInformer(w.source.Services(ns), &corev1.Service{}, 0, cache.Indexers{})
+	svcInf := cache.NewSharedIndexInformer(w.recording("namespace "+ns+" Services", w.source.Services(ns)), &corev1.Service{}, 0, cache.Indexers{})
 	// Slices are kept per slice name by the informer (an endpoint may move
 	// between slices), and indexed by their Service.
-	sliceInf := cache.NewSharedIndexInformer(w.source.EndpointSlices(ns, selector), &discoveryv1.EndpointSlice{}, 0,
+	sliceInf := cache.NewSharedIndexInformer(w.recording("namespace "+ns+" EndpointSlices", w.source.EndpointSlices(ns, selector)), &discoveryv1.EndpointSlice{}, 0,
 		cache.Indexers{"service": func(obj any) ([]string, error) {
 			if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
 				return []string{s.Labels[serviceNameLabel]}, nil
@@ -144,12 +150,77 @@ func (w *Watcher) newNSCache(ns string, services []string) *nsCache {
 	}
 	svcInf.AddEventHandler(handler(false))
 	sliceInf.AddEventHandler(handler(true))
+
 	return &nsCache{
 		informers: []cache.SharedIndexInformer{svcInf, sliceInf},
 		services:  svcInf.GetIndexer(),
 		slices:    sliceInf.GetIndexer(),
 		synced:    []cache.InformerSynced{svcInf.HasSynced, sliceInf.HasSynced},
 	}
+}
+
+// recording wraps lw so that each list and watch notes its error under
+// key. The informers retry a failed list or watch forever, some errors
+// (a connection refused) without a word: this is how baton learns why.
+func (w *Watcher) recording(key string, lw cache.ListerWatcher) cache.ListerWatcher {
+	lwc := cache.ToListerWatcherWithContext(lw)
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			obj, err := lwc.ListWithContext(ctx, opts)
+			w.noteErr(key, "list", err)
+			return obj, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			wi, err := lwc.WatchWithContext(ctx, opts)
+			w.noteErr(key, "watch", err)
+			return wi, err
+		},
+	}
+}
+
+// noteErr records the outcome of a list or watch, and logs an error the
+// first time it differs from the last one (a retry loop logs once).
+func (w *Watcher) noteErr(key, op string, err error) {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	last := w.lastErr[key]
+	if err == nil {
+		if last != nil {
+			w.log.Info("kubernetes list or watch works again", zap.String("what", key))
+			delete(w.lastErr, key)
+		}
+		return
+	}
+	if last == nil || last.Error() != err.Error() {
+		w.log.Warn("kubernetes list or watch failed; retrying", zap.String("what", key), zap.String("op", op), zap.Error(err))
+	}
+	w.lastErr[key] = err
+}
+
+// Waiting says what the caches wait for, before they have synced: the
+// namespaces not synced yet, and the last error of their lists and
+// watches (the API server unreachable, a permission missing).
+func (w *Watcher) Waiting() string {
+	var parts []string
+	for ns, c := range w.caches {
+		for i, synced := range c.synced {
+			if synced() {
+				continue
+			}
+			kind := []string{"Services", "EndpointSlices"}[i]
+			key := "namespace " + ns + " " + kind
+			w.errMu.Lock()
+			err := w.lastErr[key]
+			w.errMu.Unlock()
+			if err != nil {
+				parts = append(parts, fmt.Sprintf("kubernetes: %s: %v", key, err))
+			} else {
+				parts = append(parts, fmt.Sprintf("kubernetes: %s: waiting for the first list", key))
+			}
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "; ")
 }
 
 // markObj marks the Service of obj (a Service, or with label an
