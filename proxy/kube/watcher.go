@@ -164,7 +164,9 @@ func (w *Watcher) newNSCache(ns string, services []string) *nsCache {
 // (a connection refused) without a word: this is how baton learns why.
 func (w *Watcher) recording(key string, lw cache.ListerWatcher) cache.ListerWatcher {
 	lwc := cache.ToListerWatcherWithContext(lw)
-	return &cache.ListWatch{
+	// The wrapper keeps lw's word on the streaming list (a fake clientset
+	// says it cannot serve one).
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			obj, err := lwc.ListWithContext(ctx, opts)
 			w.noteErr(key, "list", err)
@@ -175,7 +177,7 @@ func (w *Watcher) recording(key string, lw cache.ListerWatcher) cache.ListerWatc
 			w.noteErr(key, "watch", err)
 			return wi, err
 		},
-	}
+	}, lw)
 }
 
 // noteErr records the outcome of a list or watch, and logs an error the
