@@ -3,6 +3,8 @@ package ipc
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/baton-proxy/baton/internal/metrics"
 )
 
 // Hello is the supervisor's first message to a worker. Its frame carries one
@@ -163,6 +165,9 @@ type Stats struct {
 	// ProxyProtocolErrors counts connections closed for a missing or
 	// malformed PROXY protocol header (optional).
 	ProxyProtocolErrors uint64 `json:"proxyProtocolErrors,omitempty"`
+	// Series are the worker's metric series, cumulative since it started
+	// (optional).
+	Series []metrics.Series `json:"series,omitempty"`
 	// Backends describes the worker's backends (optional).
 	Backends []BackendStats `json:"backends,omitempty"`
 }

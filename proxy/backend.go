@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/internal/metrics"
 	"github.com/baton-proxy/baton/ipc"
 	"github.com/baton-proxy/baton/proxy/kube"
 )
@@ -52,6 +53,10 @@ type backend struct {
 	byAddr map[string]*endpoint
 
 	requests, errors, retries, connectFailures atomic.Uint64
+	// connectTime is how long new connections take (TCP, and TLS when
+	// the backend has it); responseTime from a request's first attempt to
+	// its response head.
+	connectTime, responseTime metrics.Histogram
 
 	transport *http.Transport        // the HTTP/2 frontend's way upstream
 	proxy     *httputil.ReverseProxy // the HTTP/2 frontend's proxy
@@ -255,20 +260,24 @@ func (ep *endpoint) conn(ctx context.Context, b *backend, fresh bool) (*upConn, 
 			return uc, nil
 		}
 	}
+	start := time.Now()
 	uc, err := ep.pool.dial(ctx, b, ep.tlsConf)
 	if err != nil {
 		ep.connectFailed()
 		return nil, err
 	}
+	b.connectTime.Observe(time.Since(start))
 	ep.connected()
 	return uc, nil
 }
 
 func (b *backend) dialAddr(ctx context.Context, network, addr string) (net.Conn, error) {
+	start := time.Now()
 	c, err := b.dialer.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, &dialError{err}
 	}
+	b.connectTime.Observe(time.Since(start)) // TCP only: the transport does TLS
 	return c, nil
 }
 
@@ -287,11 +296,13 @@ func (b *backend) dialStream(ctx context.Context) (net.Conn, *endpoint, error) {
 			return nil, nil, fmt.Errorf("backend %s: %w", b.name, errors.Join(errs...))
 		}
 		a.tried(ep)
+		start := time.Now()
 		c, err := b.dialer.DialContext(ctx, "tcp", ep.addr)
 		if err == nil && ep.tlsConf != nil {
 			c, err = b.handshake(ctx, c, ep.tlsConf)
 		}
 		if err == nil {
+			b.connectTime.Observe(time.Since(start))
 			ep.connected()
 			return c, ep, nil
 		}
@@ -314,6 +325,7 @@ func (b *backend) RoundTrip(req *http.Request) (*http.Response, error) {
 	set := b.set.Load()
 	var a attempt
 	err := error(errNoEndpoint)
+	start := time.Now()
 	for {
 		ep := b.pick(set, &a)
 		if ep == nil {
@@ -332,6 +344,7 @@ func (b *backend) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err = b.transport.RoundTrip(&r)
 		ep.inflight.Add(-1)
 		if err == nil {
+			b.responseTime.Observe(time.Since(start))
 			return resp, nil
 		}
 		var de *dialError

@@ -155,7 +155,9 @@ func (hc *h1conn) handshake() bool {
 	timeout := hc.f.p.cfg.HTTP.ReadHeaderTimeout.Std()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if err := hc.tls.HandshakeContext(ctx); err != nil {
+	err := hc.tls.HandshakeContext(ctx)
+	hc.f.metrics.handshake(err)
+	if err != nil {
 		hc.f.p.stats.tlsHandshakeErrors.Add(1)
 		hc.f.p.log.Debug("tls handshake", zap.String("listener", hc.f.name), zap.ByteString("client", hc.client), zap.Error(err))
 		return false
@@ -256,12 +258,16 @@ var (
 // handle proxies one request whose head is head, and logs it when the
 // access log is on. It reports whether the connection may serve another.
 func (hc *h1conn) handle(head []byte) bool {
+	start := time.Now()
+	e := &hc.entry
 	al := hc.f.p.access
 	if al == nil {
-		return hc.serveRequest(head)
+		e.status, e.backend = 0, ""
+		keep := hc.serveRequest(head)
+		hc.f.metrics.request(e.backend, e.status, time.Since(start))
+		return keep
 	}
-	e := &hc.entry
-	*e = accessEntry{start: time.Now(), listener: hc.f.name, client: hc.client, proto: "HTTP/1.1", upstream: -1, generation: hc.f.p.Generation}
+	*e = accessEntry{start: start, listener: hc.f.name, client: hc.client, proto: "HTTP/1.1", upstream: -1, generation: hc.f.p.Generation}
 	if hc.tls != nil {
 		cs := hc.tls.ConnectionState()
 		e.tlsVersion, e.sni = tlsVersionName(cs.Version), cs.ServerName
@@ -273,6 +279,7 @@ func (hc *h1conn) handle(head []byte) bool {
 	if e.bodyOut == 0 {
 		e.bodyOut = hc.in.Written
 	}
+	hc.f.metrics.request(e.backend, e.status, time.Since(start))
 	al.log(e)
 	return keep
 }
@@ -422,6 +429,7 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 		}
 	}
 	hc.entry.upstream, hc.entry.backend, hc.entry.endpoint = time.Since(upStart), b.name, ep.addr
+	b.responseTime.Observe(hc.entry.upstream)
 	if b.cfg.Balancer == config.BalancerCookie && a.sticky != ep {
 		hc.extra = fmt.Appendf(hc.extra, "Set-Cookie: %s=%s; Path=/; HttpOnly\r\n", b.cfg.Cookie, ep.key)
 	}

@@ -33,6 +33,7 @@ type httpFrontend struct {
 	tls  *tls.Config // terminate TLS when set
 	// proxyProtocol: each connection starts with a PROXY header.
 	proxyProtocol bool
+	metrics       *listenerMetrics
 	acc           acceptor
 	conns         sync.WaitGroup // h1conn goroutines
 	// inflight counts HTTP/2 requests and upgraded tunnels.
@@ -213,9 +214,12 @@ func (s *h2Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f := s.f
 	f.inflight.Add(1)
 	defer f.inflight.Done()
+	start := time.Now()
+	lw := &loggingWriter{ResponseWriter: w, status: http.StatusOK}
+	defer func() { f.metrics.request(lw.backend, lw.status, time.Since(start)) }()
+	w = lw
 	if al := f.p.access; al != nil {
-		lw := &loggingWriter{ResponseWriter: w, status: http.StatusOK}
-		e := accessEntry{start: time.Now(), listener: f.name, method: []byte(r.Method), host: []byte(r.Host), target: []byte(r.RequestURI),
+		e := accessEntry{start: start, listener: f.name, method: []byte(r.Method), host: []byte(r.Host), target: []byte(r.RequestURI),
 			proto: r.Proto, upstream: -1, generation: f.p.Generation, bytesIn: max(r.ContentLength, 0),
 			referer: []byte(r.Referer()), userAgent: []byte(r.UserAgent())}
 		if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
@@ -228,7 +232,6 @@ func (s *h2Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			e.status, e.bytesOut, e.bodyOut, e.backend = lw.status, lw.written, lw.written, lw.backend
 			al.log(&e)
 		}()
-		w = lw
 	}
 	f.p.stats.requests.Add(1)
 	// The same path rules as HTTP/1.1 (docs/security.md): routes match the
@@ -269,14 +272,12 @@ func (s *h2Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, rt.maxBody)
 	}
 	rt.backend.requests.Add(1)
-	if lw, ok := w.(*loggingWriter); ok {
-		lw.backend = rt.backend.name
-	}
+	lw.backend = rt.backend.name
 	rt.backend.proxy.ServeHTTP(w, r)
 }
 
-// loggingWriter notes, for the access log, the status and body bytes of an
-// HTTP/2 response.
+// loggingWriter notes, for the metrics and the access log, the status and
+// body bytes of an HTTP/2 response.
 type loggingWriter struct {
 	http.ResponseWriter
 	status  int

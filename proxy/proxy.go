@@ -59,6 +59,9 @@ type Proxy struct {
 	trusted []netip.Prefix
 	// badHeaders logs connections refused for their PROXY header.
 	badHeaders everySecond
+	// listenerMetrics are each listener's request, TLS and PROXY
+	// protocol metrics; built by New, read-only after.
+	listenerMetrics map[string]*listenerMetrics
 }
 
 // counters are the worker's statistics, reported to the supervisor.
@@ -83,6 +86,10 @@ func New(cfg *config.Config, log *zap.Logger) *Proxy {
 		if pfx, err := config.ParsePrefix(s); err == nil { // validated
 			p.trusted = append(p.trusted, pfx)
 		}
+	}
+	p.listenerMetrics = make(map[string]*listenerMetrics, len(cfg.Listeners))
+	for i := range cfg.Listeners {
+		p.listenerMetrics[cfg.Listeners[i].Name] = newListenerMetrics(cfg, &cfg.Listeners[i])
 	}
 	for _, bc := range cfg.Backends {
 		b := newBackend(bc, cfg.HTTP.MaxHeaderBytes)
@@ -127,7 +134,7 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 		switch lc.Protocol {
 		case config.ProtocolHTTP:
 			f := newHTTPFrontend(lc.Name, p)
-			f.tls, f.proxyProtocol = tc, lc.ProxyProtocol
+			f.tls, f.proxyProtocol, f.metrics = tc, lc.ProxyProtocol, p.listenerMetrics[lc.Name]
 			p.https = append(p.https, f)
 			f.serve(lns)
 		case config.ProtocolTCP:
@@ -209,6 +216,7 @@ func (p *Proxy) Stats() ipc.Stats {
 
 		TLSHandshakeErrors:  p.stats.tlsHandshakeErrors.Load(),
 		ProxyProtocolErrors: p.stats.proxyProtocolErrors.Load(),
+		Series:              p.series(),
 	}
 	if p.logDropped != nil {
 		s.LogDropped = p.logDropped()
@@ -298,6 +306,9 @@ func (p *Proxy) isTrusted(a netip.Addr) bool {
 // client that reached it directly.
 func (p *Proxy) badProxyHeader(listener string, c net.Conn, err error) {
 	p.stats.proxyProtocolErrors.Add(1)
+	if m := p.listenerMetrics[listener]; m != nil {
+		m.proxyProtocolErrors.Add(1)
+	}
 	p.badHeaders.warn("PROXY protocol header refused", zap.String("listener", listener),
 		zap.Stringer("peer", c.RemoteAddr()), zap.Error(err))
 }

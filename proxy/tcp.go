@@ -72,6 +72,7 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 		ctx, cancel := context.WithTimeout(context.Background(), f.p.cfg.HTTP.ReadHeaderTimeout.Std())
 		err := tc.HandshakeContext(ctx)
 		cancel()
+		f.p.listenerMetrics[f.name].handshake(err)
 		if err != nil {
 			f.p.stats.tlsHandshakeErrors.Add(1)
 			f.p.log.Debug("tls handshake", zap.String("listener", f.name), zap.Stringer("client", raw.RemoteAddr()), zap.Error(err))

@@ -348,6 +348,7 @@ func (s *Supervisor) handleExit(p *proc, err error) {
 	// Its counters live on in the totals: they never go down across
 	// restarts and generations.
 	s.state.retired.AddCounters(&sl.stats)
+	s.state.retiredSeries.Add(sl.stats.Series...)
 	for _, b := range sl.stats.Backends {
 		c := s.state.retiredBackends[b.Name]
 		c.Add(b.BackendCounters)

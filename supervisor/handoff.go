@@ -183,8 +183,10 @@ func (s *Supervisor) snapshot() Status {
 	for name, c := range st.retiredBackends {
 		backends[name] = c
 	}
+	series := st.retiredSeries.Clone()
 	for _, g := range st.gens {
 		for _, sl := range g.slots {
+			series.Add(sl.stats.Series...)
 			out.Totals.Accepted += sl.stats.Accepted
 			out.Totals.Requests += sl.stats.Requests
 			out.Totals.Errors += sl.stats.Errors
@@ -202,6 +204,7 @@ func (s *Supervisor) snapshot() Status {
 	if len(backends) > 0 {
 		out.Totals.Backends = backends
 	}
+	out.Totals.Series = series.Sorted()
 	for _, g := range st.gens {
 		gs := GenerationStatus{ID: g.id, State: g.state, Binary: g.binary, StartedAt: g.startedAt, Reason: g.reason}
 		for _, sl := range g.slots {

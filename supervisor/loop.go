@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/metrics"
 	"github.com/baton-proxy/baton/internal/sdnotify"
 	"github.com/baton-proxy/baton/ipc"
 	"go.uber.org/zap"
@@ -36,6 +37,7 @@ type loopState struct {
 	runErr          error      // what Run returns
 	retired         ipc.Stats  // counters of the worker processes that exited
 	retiredBackends map[string]ipc.BackendCounters
+	retiredSeries   metrics.Set // metric series of the worker processes that exited
 	outcomes        map[Outcome]uint64
 	upgrading       bool // an upgrade is starting the next supervisor
 	upgraded        bool // the next supervisor has taken over
@@ -87,6 +89,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	st.outcomes = make(map[Outcome]uint64)
 	st.retiredBackends = make(map[string]ipc.BackendCounters)
+	st.retiredSeries = metrics.Set{}
 	activated, err := socketActivation()
 	if err != nil {
 		close(s.done)

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"time"
 
+	"github.com/baton-proxy/baton/internal/metrics"
 	"github.com/baton-proxy/baton/ipc"
 )
 
@@ -52,6 +53,10 @@ type Totals struct {
 	ProxyProtocolErrors uint64 `json:"proxyProtocolErrors"`
 	// Handoffs counts handoffs by outcome.
 	Handoffs map[Outcome]uint64 `json:"handoffs"`
+	// Series are the workers' metric series (request durations, upstream
+	// times, TLS handshakes), summed over every worker process: for
+	// /metrics, not the status JSON.
+	Series []metrics.Series `json:"-"`
 	// Backends counts, per backend name, what every worker sent it.
 	Backends map[string]ipc.BackendCounters `json:"backends,omitempty"`
 }

@@ -147,6 +147,7 @@ func (s *Supervisor) upgradeState() upgradeState {
 
 			TLSHandshakeErrors:  snap.Totals.TLSHandshakeErrors,
 			ProxyProtocolErrors: snap.Totals.ProxyProtocolErrors,
+			Series:              snap.Totals.Series,
 		},
 		Backends:       snap.Totals.Backends,
 		TicketKeys:     st.ticketKeys,
@@ -182,6 +183,7 @@ func (s *Supervisor) takeUpgradeState() uint64 {
 	for name, c := range us.Backends {
 		st.retiredBackends[name] = c
 	}
+	st.retiredSeries.Add(us.Totals.Series...)
 	if len(us.TicketKeys) > 0 {
 		st.ticketKeys, st.ticketRotateAt = us.TicketKeys, us.TicketRotateAt
 	}

@@ -1,12 +1,17 @@
 package main
 
 import (
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/metrics"
 	"github.com/baton-proxy/baton/ipc"
 	"github.com/baton-proxy/baton/supervisor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 
 func sampleStatus() *supervisor.Status {
@@ -40,10 +45,31 @@ func TestPrintStatus(t *testing.T) {
 	}
 }
 
-func TestWriteMetrics(t *testing.T) {
-	var b strings.Builder
-	writeMetrics(&b, sampleStatus())
-	out := b.String()
+// scrapeText renders st as /metrics does, without the Go and process
+// metrics.
+func scrapeText(t *testing.T, st *supervisor.Status) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(&statusCollector{st: st})
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return rec.Body.String()
+}
+
+// TestMetrics: the status's counters, gauges and the workers' series, in
+// a scrape that promtool's linter (promlint) passes, a label value with a
+// tab and a quote included.
+func TestMetrics(t *testing.T) {
+	st := sampleStatus()
+	var h metrics.Histogram
+	h.Observe(3 * time.Millisecond)
+	h.Observe(2 * time.Second)
+	st.Totals.Series = []metrics.Series{
+		h.Series("baton_http_request_duration_seconds", "listener", "web", "backend", "shop", "code_class", "2xx"),
+		h.Series("baton_upstream_connect_duration_seconds", "backend", "odd\tname \"quoted\""),
+		{Name: "baton_tls_handshakes_total", Labels: []string{"listener", "web"}, Value: 9},
+	}
+	out := scrapeText(t, st)
 	for _, want := range []string{
 		"baton_requests_total 1234\n",
 		`baton_handoffs_total{outcome="ok"} 2` + "\n",
@@ -53,9 +79,19 @@ func TestWriteMetrics(t *testing.T) {
 		`baton_backend_endpoints{backend="shop",mode="endpoints",state="terminating"} 1` + "\n",
 		`baton_backend_retries_total{backend="shop"} 4` + "\n",
 		`baton_backend_connect_failures_total{backend="shop"} 3` + "\n",
+		`baton_http_request_duration_seconds_bucket{backend="shop",code_class="2xx",listener="web",le="0.005"} 1` + "\n",
+		`baton_http_request_duration_seconds_bucket{backend="shop",code_class="2xx",listener="web",le="+Inf"} 2` + "\n",
+		`baton_http_request_duration_seconds_sum{backend="shop",code_class="2xx",listener="web"} 2.003` + "\n",
+		`baton_http_requests_total{backend="shop",code_class="2xx",listener="web"} 2` + "\n",
+		"baton_upstream_connect_duration_seconds_count{backend=\"odd\tname \\\"quoted\\\"\"} 2\n", // the quotes escaped
+		`baton_tls_handshakes_total{listener="web"} 9` + "\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("metrics lack %q:\n%s", want, out)
 		}
+	}
+	problems, err := promlint.New(strings.NewReader(out)).Lint()
+	if err != nil || len(problems) > 0 {
+		t.Errorf("promlint (promtool check metrics): %v %v", err, problems)
 	}
 }
