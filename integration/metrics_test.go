@@ -14,6 +14,8 @@ import (
 
 	"github.com/baton-proxy/baton/supervisor"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // scrape returns the value of an unlabelled (or fully labelled) metric.
@@ -101,9 +103,9 @@ func TestMetricsSurviveHandoffs(t *testing.T) {
 	// The workers' series: request durations by listener, backend and
 	// status class, summed over the exited generation and the new one;
 	// upstream connect times; a 404 under no backend.
-	const ok2xx = `baton_http_requests_total{backend="app",code_class="2xx",listener="web"}`
+	const ok2xx = `baton_http_requests_total{listener="web",backend="app",code_class="2xx"}`
 	waitFor(t, 10*time.Second, "60 requests in "+ok2xx, func() bool { return scrape(t, maddr, ok2xx) >= 60 })
-	if n := scrape(t, maddr, `baton_http_request_duration_seconds_count{backend="app",code_class="2xx",listener="web"}`); n < 60 {
+	if n := scrape(t, maddr, `baton_http_request_duration_seconds_count{listener="web",backend="app",code_class="2xx"}`); n < 60 {
 		t.Errorf("request duration histogram counts %v, want at least 60", n)
 	}
 	if n := scrape(t, maddr, `baton_upstream_connect_duration_seconds_count{backend="app"}`); n < 1 {
@@ -116,7 +118,7 @@ func TestMetricsSurviveHandoffs(t *testing.T) {
 	if r, err := http.Get("http://" + web + "/elsewhere"); err != nil || r.StatusCode != 404 {
 		t.Fatalf("GET /elsewhere: %v %v, want 404", r, err)
 	}
-	const noRoute = `baton_http_requests_total{backend="",code_class="4xx",listener="web"}`
+	const noRoute = `baton_http_requests_total{listener="web",backend="",code_class="4xx"}`
 	waitFor(t, 10*time.Second, noRoute, func() bool { n, _ := scrapeMaybe(t, maddr, noRoute); return n >= 1 })
 	if n := scrape(t, maddr, ok2xx); n < 60 {
 		t.Errorf("%s went down to %v after a second handoff", ok2xx, n)
@@ -131,6 +133,10 @@ func TestMetricsSurviveHandoffs(t *testing.T) {
 	resp.Body.Close()
 	if problems, err := promlint.New(bytes.NewReader(text)).Lint(); err != nil || len(problems) > 0 {
 		t.Errorf("promlint: %v %v", err, problems)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	if _, err := parser.TextToMetricFamilies(bytes.NewReader(text)); err != nil {
+		t.Errorf("Prometheus' parser: %v", err)
 	}
 	if !bytes.Contains(text, []byte("process_resident_memory_bytes")) {
 		t.Errorf("no process metrics of the supervisor")

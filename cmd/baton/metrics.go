@@ -5,33 +5,35 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"runtime"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/baton-proxy/baton/internal/metrics"
+	"github.com/baton-proxy/baton/ipc"
 	"github.com/baton-proxy/baton/supervisor"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// metricsHandler serves the supervisor's status as Prometheus metrics,
-// with client_golang: the counters are lifetime totals kept by the
-// supervisor (the workers' series summed, those of exited workers
-// included), so they do not reset when a worker or a generation is
-// replaced. The supervisor's own Go and process metrics come along.
+// metricsHandler serves the supervisor's status as Prometheus metrics:
+// lifetime totals kept by the supervisor (the workers' series summed,
+// those of exited workers included), so they do not reset when a worker or
+// a generation is replaced, and a few of the supervisor's own process
+// metrics.
 func metricsHandler(sup *supervisor.Supervisor) http.Handler {
-	base := prometheus.NewRegistry()
-	base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		st, ok := sup.Status()
 		if !ok {
 			http.Error(w, "baton: stopping", http.StatusServiceUnavailable)
 			return
 		}
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(&statusCollector{st: &st})
-		promhttp.HandlerFor(prometheus.Gatherers{base, reg}, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}).ServeHTTP(w, r)
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		var p metrics.Page
+		statusMetrics(&p, &st)
+		processMetrics(&p)
+		p.WriteTo(w)
 	})
 }
 
@@ -82,100 +84,123 @@ var seriesHelp = map[string]string{
 	"baton_proxy_protocol_errors_total":        "Connections on a listener closed for a missing or malformed PROXY protocol header.",
 }
 
-// statusCollector turns one status into metrics. It describes nothing
-// ahead (an unchecked collector): its series depend on the config.
-type statusCollector struct{ st *supervisor.Status }
-
-func (c *statusCollector) Describe(chan<- *prometheus.Desc) {}
-
-func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.st
-	emit := func(name, help string, typ prometheus.ValueType, v float64, labels ...string) {
-		var names, values []string
-		for i := 0; i+1 < len(labels); i += 2 {
-			names, values = append(names, labels[i]), append(values, labels[i+1])
-		}
-		desc := prometheus.NewDesc(name, help, names, nil)
-		m, err := prometheus.NewConstMetric(desc, typ, v, values...)
-		if err != nil {
-			m = prometheus.NewInvalidMetric(desc, err) // skipped, logged by the handler
-		}
-		ch <- m
-	}
-	counter := func(name, help string, v uint64, labels ...string) {
-		emit(name, help, prometheus.CounterValue, float64(v), labels...)
-	}
-	gauge := func(name, help string, v float64, labels ...string) {
-		emit(name, help, prometheus.GaugeValue, v, labels...)
-	}
-
-	gauge("baton_info", "The supervisor's version and pid.", 1, "version", st.Version, "pid", strconv.Itoa(st.PID))
-	gauge("baton_active_generation", "The generation that takes new connections.", float64(st.ActiveGeneration))
-	counter("baton_requests_total", "Requests and TCP streams served by every worker, across generations.", st.Totals.Requests)
-	counter("baton_connections_accepted_total", "Client connections accepted by every worker, across generations.", st.Totals.Accepted)
-	counter("baton_proxy_errors_total", "Requests answered with an error by baton itself (no route, no backend).", st.Totals.Errors)
-	counter("baton_log_lines_dropped_total", "Log lines dropped, by the supervisor and every worker, because their destination did not keep up.", st.Totals.LogDropped)
-	gauge("baton_connections", "Client connections open now, over every worker.", float64(st.Totals.Connections))
+// statusMetrics puts one status on p.
+func statusMetrics(p *metrics.Page, st *supervisor.Status) {
+	u := func(v uint64) float64 { return float64(v) }
+	p.Gauge("baton_info", "The supervisor's version and pid.", 1, "version", st.Version, "pid", strconv.Itoa(st.PID))
+	p.Gauge("baton_active_generation", "The generation that takes new connections.", float64(st.ActiveGeneration))
+	p.Counter("baton_requests_total", "Requests and TCP streams served by every worker, across generations.", u(st.Totals.Requests))
+	p.Counter("baton_connections_accepted_total", "Client connections accepted by every worker, across generations.", u(st.Totals.Accepted))
+	p.Counter("baton_proxy_errors_total", "Requests answered with an error by baton itself (no route, no backend).", u(st.Totals.Errors))
+	p.Counter("baton_log_lines_dropped_total", "Log lines dropped, by the supervisor and every worker, because their destination did not keep up.", u(st.Totals.LogDropped))
+	p.Gauge("baton_connections", "Client connections open now, over every worker.", float64(st.Totals.Connections))
 	for _, o := range []supervisor.Outcome{supervisor.OutcomeOK, supervisor.OutcomeFailed, supervisor.OutcomeRefused} {
-		counter("baton_handoffs_total", "Handoffs by outcome.", st.Totals.Handoffs[o], "outcome", string(o))
+		p.Counter("baton_handoffs_total", "Handoffs by outcome.", u(st.Totals.Handoffs[o]), "outcome", string(o))
 	}
 	if n := len(st.Handoffs); n > 0 {
-		gauge("baton_last_handoff_ready_seconds", "From the last handoff's request to its new generation being ready.", float64(st.Handoffs[n-1].ReadyMs)/1000)
+		p.Gauge("baton_last_handoff_ready_seconds", "From the last handoff's request to its new generation being ready.", float64(st.Handoffs[n-1].ReadyMs)/1000)
 	}
 	type workerKey struct{ gen, state string }
 	workers := map[workerKey]int{}
+	var keys []workerKey
 	for _, g := range st.Generations {
 		for _, wk := range g.Workers {
-			workers[workerKey{fmt.Sprint(g.State), fmt.Sprint(wk.State)}]++
+			k := workerKey{fmt.Sprint(g.State), fmt.Sprint(wk.State)}
+			if workers[k] == 0 {
+				keys = append(keys, k)
+			}
+			workers[k]++
 		}
 	}
-	for k, n := range workers {
-		gauge("baton_workers", "Worker processes by generation state and worker state.", float64(n), "generation_state", k.gen, "state", k.state)
+	for _, k := range keys {
+		p.Gauge("baton_workers", "Worker processes by generation state and worker state.", float64(workers[k]), "generation_state", k.gen, "state", k.state)
 	}
 	for _, l := range st.Listeners {
 		for i, q := range l.AcceptQueue {
-			gauge("baton_listener_accept_queue", "Connections waiting in a listening socket's accept queue.", float64(q), "listener", l.Name, "socket", strconv.Itoa(i))
+			p.Gauge("baton_listener_accept_queue", "Connections waiting in a listening socket's accept queue.", float64(q), "listener", l.Name, "socket", strconv.Itoa(i))
 		}
 	}
 	for _, be := range st.Backends {
 		const help = "Endpoints of a backend by state, as the active generation sees them."
-		gauge("baton_backend_endpoints", help, float64(be.Ready), "backend", be.Name, "mode", be.Mode, "state", "ready")
-		gauge("baton_backend_endpoints", help, float64(be.Terminating), "backend", be.Name, "mode", be.Mode, "state", "terminating")
+		p.Gauge("baton_backend_endpoints", help, float64(be.Ready), "backend", be.Name, "mode", be.Mode, "state", "ready")
+		p.Gauge("baton_backend_endpoints", help, float64(be.Terminating), "backend", be.Name, "mode", be.Mode, "state", "terminating")
 	}
-	for name, bc := range st.Totals.Backends {
-		counter("baton_backend_requests_total", "Requests and TCP streams routed to a backend, across generations.", bc.Requests, "backend", name)
-		counter("baton_backend_errors_total", "Requests baton answered 502, 503 or 504 for a backend.", bc.Errors, "backend", name)
-		counter("baton_backend_retries_total", "Requests sent again, on a new connection or another endpoint.", bc.Retries, "backend", name)
-		counter("baton_backend_connect_failures_total", "Failed connects to a backend's endpoints.", bc.ConnectFailures, "backend", name)
+	names := make([]string, 0, len(st.Totals.Backends))
+	for n := range st.Totals.Backends {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, m := range []struct {
+		name, help string
+		get        func(c ipc.BackendCounters) uint64
+	}{
+		{"baton_backend_requests_total", "Requests and TCP streams routed to a backend, across generations.", func(c ipc.BackendCounters) uint64 { return c.Requests }},
+		{"baton_backend_errors_total", "Requests baton answered 502, 503 or 504 for a backend.", func(c ipc.BackendCounters) uint64 { return c.Errors }},
+		{"baton_backend_retries_total", "Requests sent again, on a new connection or another endpoint.", func(c ipc.BackendCounters) uint64 { return c.Retries }},
+		{"baton_backend_connect_failures_total", "Failed connects to a backend's endpoints.", func(c ipc.BackendCounters) uint64 { return c.ConnectFailures }},
+	} {
+		for _, n := range names {
+			p.Counter(m.name, m.help, u(m.get(st.Totals.Backends[n])), "backend", n)
+		}
 	}
 	for i := range st.Totals.Series {
 		s := &st.Totals.Series[i]
 		if !s.IsHistogram() {
-			counter(s.Name, seriesHelp[s.Name], s.Value, s.Labels...)
+			p.Counter(s.Name, seriesHelp[s.Name], u(s.Value), s.Labels...)
 			continue
 		}
-		if len(s.Counts) != len(metrics.Buckets)+1 {
-			continue // another version's buckets
-		}
-		var names, values []string
-		for j := 0; j+1 < len(s.Labels); j += 2 {
-			names, values = append(names, s.Labels[j]), append(values, s.Labels[j+1])
-		}
-		buckets := make(map[float64]uint64, len(metrics.Buckets))
-		var cum uint64
-		for j, ub := range metrics.Buckets {
-			cum += s.Counts[j]
-			buckets[ub] = cum
-		}
-		count := cum + s.Counts[len(metrics.Buckets)]
-		desc := prometheus.NewDesc(s.Name, seriesHelp[s.Name], names, nil)
-		m, err := prometheus.NewConstHistogram(desc, count, s.Sum, buckets, values...)
-		if err != nil {
-			m = prometheus.NewInvalidMetric(desc, err)
-		}
-		ch <- m
-		if s.Name == "baton_http_request_duration_seconds" {
-			counter("baton_http_requests_total", "HTTP requests by listener, backend (empty: none) and status class.", count, s.Labels...)
+		p.Histogram(s.Name, seriesHelp[s.Name], s)
+	}
+	for i := range st.Totals.Series {
+		if s := &st.Totals.Series[i]; s.Name == "baton_http_request_duration_seconds" {
+			var n uint64
+			for _, c := range s.Counts {
+				n += c
+			}
+			p.Counter("baton_http_requests_total", "HTTP requests by listener, backend (empty: none) and status class.", u(n), s.Labels...)
 		}
 	}
+}
+
+// processMetrics puts the supervisor's own process metrics on p, with the
+// names and meanings of Prometheus' process collector.
+func processMetrics(p *metrics.Page) {
+	p.Gauge("go_goroutines", "Goroutines of the supervisor.", float64(runtime.NumGoroutine()))
+	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
+		p.Gauge("process_open_fds", "Open file descriptors of the supervisor.", float64(len(ents)))
+	}
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 22 {
+		return
+	}
+	ticks := 100.0 // sysconf(_SC_CLK_TCK) on Linux
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	start, _ := strconv.ParseFloat(f[19], 64)
+	rss, _ := strconv.ParseFloat(f[21], 64)
+	p.Counter("process_cpu_seconds_total", "User and system CPU time of the supervisor, in seconds.", (utime+stime)/ticks)
+	p.Gauge("process_resident_memory_bytes", "Resident memory of the supervisor, in bytes.", rss*float64(os.Getpagesize()))
+	if boot := bootTime(); boot > 0 {
+		p.Gauge("process_start_time_seconds", "Start time of the supervisor since the Unix epoch, in seconds.", boot+start/ticks)
+	}
+}
+
+// bootTime is when the machine booted, in seconds since the Unix epoch.
+func bootTime() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			t, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return t
+		}
+	}
+	return 0
 }

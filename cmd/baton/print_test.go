@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -9,9 +8,9 @@ import (
 	"github.com/baton-proxy/baton/internal/metrics"
 	"github.com/baton-proxy/baton/ipc"
 	"github.com/baton-proxy/baton/supervisor"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 func sampleStatus() *supervisor.Status {
@@ -45,15 +44,15 @@ func TestPrintStatus(t *testing.T) {
 	}
 }
 
-// scrapeText renders st as /metrics does, without the Go and process
-// metrics.
+// scrapeText renders st as /metrics does.
 func scrapeText(t *testing.T, st *supervisor.Status) string {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(&statusCollector{st: st})
-	rec := httptest.NewRecorder()
-	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	return rec.Body.String()
+	var p metrics.Page
+	statusMetrics(&p, st)
+	processMetrics(&p)
+	var b strings.Builder
+	p.WriteTo(&b)
+	return b.String()
 }
 
 // TestMetrics: the status's counters, gauges and the workers' series, in
@@ -79,10 +78,10 @@ func TestMetrics(t *testing.T) {
 		`baton_backend_endpoints{backend="shop",mode="endpoints",state="terminating"} 1` + "\n",
 		`baton_backend_retries_total{backend="shop"} 4` + "\n",
 		`baton_backend_connect_failures_total{backend="shop"} 3` + "\n",
-		`baton_http_request_duration_seconds_bucket{backend="shop",code_class="2xx",listener="web",le="0.005"} 1` + "\n",
-		`baton_http_request_duration_seconds_bucket{backend="shop",code_class="2xx",listener="web",le="+Inf"} 2` + "\n",
-		`baton_http_request_duration_seconds_sum{backend="shop",code_class="2xx",listener="web"} 2.003` + "\n",
-		`baton_http_requests_total{backend="shop",code_class="2xx",listener="web"} 2` + "\n",
+		`baton_http_request_duration_seconds_bucket{listener="web",backend="shop",code_class="2xx",le="0.005"} 1` + "\n",
+		`baton_http_request_duration_seconds_bucket{listener="web",backend="shop",code_class="2xx",le="+Inf"} 2` + "\n",
+		`baton_http_request_duration_seconds_sum{listener="web",backend="shop",code_class="2xx"} 2.003` + "\n",
+		`baton_http_requests_total{listener="web",backend="shop",code_class="2xx"} 2` + "\n",
 		"baton_upstream_connect_duration_seconds_count{backend=\"odd\tname \\\"quoted\\\"\"} 2\n", // the quotes escaped
 		`baton_tls_handshakes_total{listener="web"} 9` + "\n",
 	} {
@@ -93,5 +92,14 @@ func TestMetrics(t *testing.T) {
 	problems, err := promlint.New(strings.NewReader(out)).Lint()
 	if err != nil || len(problems) > 0 {
 		t.Errorf("promlint (promtool check metrics): %v %v", err, problems)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	if _, err := parser.TextToMetricFamilies(strings.NewReader(out)); err != nil {
+		t.Errorf("Prometheus' parser: %v", err)
+	}
+	for _, want := range []string{"process_resident_memory_bytes ", "process_cpu_seconds_total ", "process_start_time_seconds ", "process_open_fds "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %s", want)
+		}
 	}
 }
