@@ -64,7 +64,8 @@ func (v *secretVolume) update(files map[string][]byte) {
 // baton starts itself, under HTTPS load (new connections and keep-alive)
 // with no failed request; a rotation to a key that does not match is
 // refused while the running generation serves on; a change to the config
-// file, rewritten in place, is a reload too.
+// file, rewritten in place, is a reload too, and so are certificate files
+// rewritten in place.
 func TestWatchRotatesCertificates(t *testing.T) {
 	be := startBackend(t)
 	ca := certs.NewCA(t, "baton test CA")
@@ -162,12 +163,35 @@ func TestWatchRotatesCertificates(t *testing.T) {
 		t.Errorf("serial %d after the fixed rotation, want 1005", got)
 	}
 
-	b.WriteConfig(strings.Replace(cfg, "workers: 1", "workers: 2", 1))
+	// The config rewritten in place, now naming plain files: the next
+	// rotation rewrites them in place too, certificate then key (one
+	// reload: the debounce).
+	plain := t.TempDir()
+	crt, key := filepath.Join(plain, "a.crt"), filepath.Join(plain, "a.key")
+	files := issue(1006)
+	os.WriteFile(crt, files["tls.crt"], 0o644)
+	os.WriteFile(key, files["tls.key"], 0o600)
+	cfg2 := strings.NewReplacer("workers: 1", "workers: 2",
+		filepath.Join(vol.dir, "tls.crt"), crt, filepath.Join(vol.dir, "tls.key"), key).Replace(cfg)
+	b.WriteConfig(cfg2)
 	if h := handoff("config rewritten"); h.Outcome != supervisor.OutcomeOK {
 		t.Fatalf("config rewritten: %s %s", h.Outcome, h.Reason)
 	}
 	if n := len(b.ActiveWorkers()); n != 2 {
 		t.Errorf("%d workers after the config change, want 2", n)
+	}
+	if got := serial(); got != 1006 {
+		t.Errorf("serial %d after the config change, want 1006", got)
+	}
+	harness.WaitTraffic(t, &progress, 200)
+	files = issue(1007)
+	os.WriteFile(crt, files["tls.crt"], 0o644)
+	os.WriteFile(key, files["tls.key"], 0o600)
+	if h := handoff("files rewritten in place"); h.Outcome != supervisor.OutcomeOK {
+		t.Fatalf("files rewritten in place: %s %s", h.Outcome, h.Reason)
+	}
+	if got := serial(); got != 1007 {
+		t.Errorf("serial %d after rewriting the files, want 1007", got)
 	}
 	harness.WaitTraffic(t, &progress, 200)
 

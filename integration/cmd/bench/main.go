@@ -26,6 +26,7 @@ import (
 // settings are the sizes of one run; quick mode shrinks them.
 type settings struct {
 	HandoffRun    time.Duration `json:"handoffRunNs"`
+	TLSHandoffRun time.Duration `json:"tlsHandoffRunNs"`
 	ReloadEvery   time.Duration `json:"reloadEveryNs"`
 	ThroughputRun time.Duration `json:"throughputRunNs"`
 	// SpeedRounds interleaves the throughput runs of the targets this
@@ -48,7 +49,13 @@ type Results struct {
 	Speed    map[string]speedResult `json:"speed"`
 	Timeline []timelineResult       `json:"timeline"`
 	Memory   map[string]memResult   `json:"memory"`
-	Errors   []string               `json:"errors,omitempty"`
+	// TLS are the TLS rows, by target; TLSHandoffs reloads under TLS
+	// load; AccessLog baton's keep-alive rate with the access log on and
+	// off.
+	TLS         map[string]tlsResult  `json:"tls"`
+	TLSHandoffs map[string]handoffRun `json:"tlsHandoffs"`
+	AccessLog   *accessLogResult      `json:"accessLog,omitempty"`
+	Errors      []string              `json:"errors,omitempty"`
 }
 
 func main() {
@@ -60,10 +67,10 @@ func main() {
 	speedOnly := flag.Bool("speed-only", false, "measure throughput and latency only (for profiling; the report lacks the rest)")
 	flag.Parse()
 
-	s := settings{HandoffRun: 40 * time.Second, ReloadEvery: 400 * time.Millisecond, ThroughputRun: 10 * time.Second, SpeedRounds: 2,
+	s := settings{HandoffRun: 40 * time.Second, TLSHandoffRun: 24 * time.Second, ReloadEvery: 400 * time.Millisecond, ThroughputRun: 10 * time.Second, SpeedRounds: 2,
 		Concurrency: 32, TimelineHandoffs: 100, TimelineWorkers: []int{1, 2, 4}}
 	if *quick {
-		s = settings{HandoffRun: 12 * time.Second, ReloadEvery: 400 * time.Millisecond, ThroughputRun: 4 * time.Second, SpeedRounds: 1,
+		s = settings{HandoffRun: 12 * time.Second, TLSHandoffRun: 10 * time.Second, ReloadEvery: 400 * time.Millisecond, ThroughputRun: 4 * time.Second, SpeedRounds: 1,
 			Concurrency: 32, TimelineHandoffs: 20, TimelineWorkers: []int{1, 2}}
 	}
 	work, err := os.MkdirTemp("", "baton-bench-")
@@ -80,7 +87,14 @@ func main() {
 		Handoffs: map[string]handoffRun{},
 		Speed:    map[string]speedResult{},
 		Memory:   map[string]memResult{},
+
+		TLS:         map[string]tlsResult{},
+		TLSHandoffs: map[string]handoffRun{},
 	}}
+	if r.certs, err = makeCerts(work); err != nil {
+		fatal(err)
+	}
+	r.key = "ecdsa"
 
 	be, err := backend.Start("bench", backendHTTP, backendTCP)
 	if err != nil {
@@ -92,8 +106,19 @@ func main() {
 	for round := range s.SpeedRounds {
 		for _, name := range names {
 			r.measureSpeed(name, round)
+			r.measureTLS(name, round)
+		}
+		if strings.Contains(*only, "baton") {
+			r.measureAccessLog(round)
 		}
 	}
+	r.key = "rsa"
+	for round := range s.SpeedRounds {
+		for _, name := range names {
+			r.measureTLSFull(name, round)
+		}
+	}
+	r.key = "ecdsa"
 	for _, name := range names {
 		if !*speedOnly {
 			r.measureTarget(name)
@@ -116,18 +141,21 @@ type bench struct {
 	bin, work string
 	s         settings
 	res       *Results
+	certs     map[string]tlsFiles // by key type: ecdsa, rsa
+	key       string              // the key type targets serve now
 }
 
 func (b *bench) newTarget(name string, workers int) target {
 	dir := filepath.Join(b.work, fmt.Sprintf("%s-%d", name, workers))
 	os.MkdirAll(dir, 0o700)
+	files := b.certs[b.key]
 	switch name {
-	case "baton":
-		return &baton{dir: dir, bin: filepath.Join(b.bin, "baton"), workers: workers}
+	case "baton", "baton-accesslog":
+		return &baton{dir: dir, bin: filepath.Join(b.bin, "baton"), workers: workers, tls: files, accessLog: name == "baton-accesslog"}
 	case "nginx":
-		return &nginx{dir: dir}
+		return &nginx{dir: dir, tls: files}
 	case "haproxy":
-		return &haproxy{dir: dir}
+		return &haproxy{dir: dir, tls: files}
 	}
 	return direct{}
 }
@@ -179,6 +207,11 @@ func (b *bench) measureTarget(name string) {
 	b.run(name, "reloads under load", func(t target) error {
 		h, err := b.handoffs(t)
 		b.res.Handoffs[name] = h
+		return err
+	})
+	b.run(name, "reloads under TLS load", func(t target) error {
+		h, err := b.tlsHandoffs(t)
+		b.res.TLSHandoffs[name] = h
 		return err
 	})
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,12 +27,23 @@ type handoffRun struct {
 
 // handoffs runs mixed load while reloading the target every ReloadEvery.
 func (b *bench) handoffs(t target) (handoffRun, error) {
+	return b.reloadUnderLoad(t, b.s.HandoffRun, "-http", t.HTTPAddr(), "-tcp", t.TCPAddr(),
+		"-keepalive", "8", "-newconn", "4", "-post", "4", "-tcp-streams", "4", "-stream-life", "2s", "-retry")
+}
+
+// reloadUnderLoad runs loadgen with args for run while reloading the
+// target every ReloadEvery.
+func (b *bench) reloadUnderLoad(t target, run time.Duration, args ...string) (handoffRun, error) {
 	var hr handoffRun
 	var before int // the last handoff's ID before the run
 	if bt, ok := t.(*baton); ok {
 		st, err := bt.status()
 		if err != nil {
 			return hr, err
+		}
+		if len(st.Handoffs) == 0 {
+			j, _ := json.Marshal(st)
+			return hr, fmt.Errorf("baton status shows no handoff after start: %s", j)
 		}
 		before = st.Handoffs[len(st.Handoffs)-1].ID
 	}
@@ -41,14 +53,13 @@ func (b *bench) handoffs(t target) (handoffRun, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		r, err := b.loadgen("-http", t.HTTPAddr(), "-tcp", t.TCPAddr(), "-duration", b.s.HandoffRun.String(),
-			"-keepalive", "8", "-newconn", "4", "-post", "4", "-tcp-streams", "4", "-stream-life", "2s", "-retry")
+		r, err := b.loadgen(append(args, "-duration", run.String())...)
 		done <- result{r, err}
 	}()
 	time.Sleep(500 * time.Millisecond) // load running
 	tick := time.NewTicker(b.s.ReloadEvery)
 	defer tick.Stop()
-	end := time.Now().Add(b.s.HandoffRun - 3*time.Second) // the last streams end in the old generation
+	end := time.Now().Add(run - 3*time.Second) // the last streams end in the old generation
 	for now := range tick.C {
 		if now.After(end) {
 			break
@@ -66,7 +77,7 @@ func (b *bench) handoffs(t target) (handoffRun, error) {
 	hr.Load = res.r
 	hr.Done = hr.Reloads
 	if bt, ok := t.(*baton); ok {
-		if st, err := bt.status(); err == nil {
+		if st, err := bt.status(); err == nil && len(st.Handoffs) > 0 {
 			// Status keeps the last 50 handoffs: count by ID, less the
 			// failures it still shows.
 			hr.Done = st.Handoffs[len(st.Handoffs)-1].ID - before

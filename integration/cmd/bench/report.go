@@ -105,6 +105,8 @@ func report(r *Results) string {
 			ratioOf(bs.TCP, ps.TCP, func(x *load.Result) float64 { return float64(x.Echoes) / x.Duration }))
 	}
 
+	b.WriteString(tlsReport(r, names))
+
 	w("\n## 3. Handoff timeline (baton)\n\n")
 	w("Back-to-back `baton reload`s (each waits for its handoff) under light keep-alive load.\n")
 	w("ready: reload request to every new worker ready (the handoff point); start-up: the\n")
@@ -215,6 +217,72 @@ func kinds(m map[string]uint64) string {
 	return strings.Join(ks, ", ")
 }
 
+// tlsReport renders the TLS rows, the reloads under TLS load and the
+// access log's cost.
+func tlsReport(r *Results, names []string) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	if len(r.TLS) == 0 {
+		return ""
+	}
+	w("\n### TLS\n\n")
+	w("The same certificate for every target (bench.example, self-signed; ECDSA P-256, and RSA\n")
+	w("2048 for one row), TLS 1.3, key exchange X25519 (the client offers nothing else: the\n")
+	w("peers' OpenSSL 3.0 has no ML-KEM, which Go would choose). nginx: `listen ssl http2`,\n")
+	w("`ssl_session_cache shared:SSL:10m`; HAProxy: `bind ssl crt alpn h2,http/1.1`. %d clients,\n", r.Settings.Concurrency)
+	w("%s each, best of %d round(s). New connections: one GET each, then close; resumed: the\n", r.Settings.ThroughputRun, max(r.Settings.SpeedRounds, 1))
+	w("client keeps its sessions. HTTP/2: GETs as streams of one connection. Latency in ms.\n\n")
+	w("| target | new conn/s, full ECDSA | p99 | full RSA | p99 | resumed | p99 | keep-alive req/s | p99 | HTTP/2 req/s | p99 |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	cell := func(x *load.Result) string {
+		if x == nil {
+			return "- | -"
+		}
+		return fmt.Sprintf("%.0f | %.2f", x.RPS(), x.Latency.P99)
+	}
+	for _, n := range names {
+		t, ok := r.TLS[n]
+		if !ok {
+			continue
+		}
+		w("| %s | %s | %s | %s | %s | %s |\n", n, cell(t.FullECDSA), cell(t.FullRSA), cell(t.Resumed), cell(t.KeepAlive), cell(t.H2))
+	}
+	w("\nbaton as a ratio (req/s: higher is better; p99: lower is better):\n\n")
+	w("| vs | full ECDSA | full RSA | resumed | keep-alive | keep-alive p99 | HTTP/2 |\n|---|---|---|---|---|---|---|\n")
+	bt := r.TLS["baton"]
+	rps := func(x *load.Result) float64 { return x.RPS() }
+	for _, n := range []string{"nginx", "haproxy"} {
+		p, ok := r.TLS[n]
+		if !ok {
+			continue
+		}
+		w("| %s | %s | %s | %s | %s | %s | %s |\n", n, ratioOf(bt.FullECDSA, p.FullECDSA, rps), ratioOf(bt.FullRSA, p.FullRSA, rps),
+			ratioOf(bt.Resumed, p.Resumed, rps), ratioOf(bt.KeepAlive, p.KeepAlive, rps),
+			ratioOf(bt.KeepAlive, p.KeepAlive, func(x *load.Result) float64 { return x.Latency.P99 }), ratioOf(bt.H2, p.H2, rps))
+	}
+	if len(r.TLSHandoffs) > 0 {
+		w("\n### Reloads under TLS load\n\n")
+		w("%s of HTTPS load (4 keep-alive and 4 new-connection GET clients that keep their\n", r.Settings.TLSHandoffRun)
+		w("sessions) while the target reloads every %s. Resumed: the share of new connections\n", r.Settings.ReloadEvery)
+		w("that resumed a session (every client's first connection cannot).\n\n")
+		w("| target | reloads | requests | failures, raw | retried | TLS handshakes | resumed |\n|---|---|---|---|---|---|---|\n")
+		for _, n := range names {
+			h, ok := r.TLSHandoffs[n]
+			if !ok || h.Load == nil {
+				continue
+			}
+			w("| %s | %d | %d | %d | %d | %d | %.1f%% |\n", n, h.Done, h.Load.Requests, h.Load.TotalFailures(),
+				h.Load.TotalFailures()-h.Load.Recovered, h.Load.TLSHandshakes, 100*ratio(float64(h.Load.TLSResumed), float64(h.Load.TLSHandshakes)))
+		}
+	}
+	if a := r.AccessLog; a != nil && a.On != nil && a.Off != nil {
+		w("\n### The access log's cost\n\n")
+		w("baton keep-alive over plain HTTP, %d clients, access log off: %.0f req/s (p99 %.2f ms);\n", r.Settings.Concurrency, a.Off.RPS(), a.Off.Latency.P99)
+		w("on (JSON to a file): %.0f req/s (p99 %.2f ms): %.1f%% fewer.\n", a.On.RPS(), a.On.Latency.P99, 100*(1-ratio(a.On.RPS(), a.Off.RPS())))
+	}
+	return b.String()
+}
+
 // goals says where baton stands against the benchmark goals.
 func goals(r *Results) string {
 	var b strings.Builder
@@ -237,6 +305,21 @@ func goals(r *Results) string {
 	}
 	for _, t := range r.Timeline {
 		w("- Handoff with %d workers (goal: ready within start-up + 50 ms): ready p50 %.0f ms = start-up %.0f ms + %.0f ms.\n", t.Workers, t.ReadyP50, t.StartP50, t.Overhead)
+	}
+	if bt, ok := r.TLS["baton"]; ok {
+		if nt, ok := r.TLS["nginx"]; ok {
+			rps := func(x *load.Result) float64 { return x.RPS() }
+			w("- TLS (goal ≥ 1.0× nginx on each row, p99 ≤ nginx's): full ECDSA %s, full RSA %s, resumed %s, keep-alive %s (p99 %s), HTTP/2 %s.\n",
+				ratioOf(bt.FullECDSA, nt.FullECDSA, rps), ratioOf(bt.FullRSA, nt.FullRSA, rps), ratioOf(bt.Resumed, nt.Resumed, rps),
+				ratioOf(bt.KeepAlive, nt.KeepAlive, rps), ratioOf(bt.KeepAlive, nt.KeepAlive, func(x *load.Result) float64 { return x.Latency.P99 }), ratioOf(bt.H2, nt.H2, rps))
+		}
+	}
+	if h, ok := r.TLSHandoffs["baton"]; ok && h.Load != nil {
+		w("- Reloads under TLS load (goal: 0 failed): %d failures over %d handoffs; %.1f%% of new connections resumed their session.\n",
+			h.Load.TotalFailures(), h.Done, 100*ratio(float64(h.Load.TLSResumed), float64(h.Load.TLSHandshakes)))
+	}
+	if a := r.AccessLog; a != nil && a.On != nil && a.Off != nil {
+		w("- Access log (goal: ≤ 5%% fewer req/s): %.1f%% fewer.\n", 100*(1-ratio(a.On.RPS(), a.Off.RPS())))
 	}
 	if m, ok := r.Memory["baton"]; ok {
 		w("- Supervisor RSS (goal ≤ 15 MiB): %.1f MiB, of which %.1f MiB its own and the rest pages of the binary it shares with its workers.\n", float64(m.MasterRSSKiB)/1024, float64(m.MasterPrivateKiB)/1024)

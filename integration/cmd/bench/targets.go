@@ -37,6 +37,9 @@ type target interface {
 	Stop()
 	HTTPAddr() string
 	TCPAddr() string
+	// HTTPSAddr is the TLS listener's address, the same routes as
+	// HTTPAddr's; empty when the target has none.
+	HTTPSAddr() string
 	// PIDs returns the target's processes by role ("master", "worker").
 	PIDs() map[string][]int
 }
@@ -126,19 +129,27 @@ func (direct) Reload() error          { return errors.New("direct has no reload"
 func (direct) Stop()                  {}
 func (direct) HTTPAddr() string       { return backendHTTP }
 func (direct) TCPAddr() string        { return backendTCP }
+func (direct) HTTPSAddr() string      { return "" }
 func (direct) PIDs() map[string][]int { return nil }
+
+// tlsFiles are the certificate every target serves over TLS: PEM files of
+// the chain and the key, and both in one file (HAProxy's crt).
+type tlsFiles struct{ cert, key, combined string }
 
 // baton runs bin/baton.
 type baton struct {
-	dir, bin string
-	workers  int
-	p        *proc
+	dir, bin  string
+	workers   int
+	tls       tlsFiles
+	accessLog bool // log every request (JSON, to a file)
+	p         *proc
 }
 
-func (b *baton) Name() string     { return "baton" }
-func (b *baton) HTTPAddr() string { return "127.0.0.1:18080" }
-func (b *baton) TCPAddr() string  { return "127.0.0.1:18081" }
-func (b *baton) socket() string   { return filepath.Join(b.dir, "run", "control.sock") }
+func (b *baton) Name() string      { return "baton" }
+func (b *baton) HTTPAddr() string  { return "127.0.0.1:18080" }
+func (b *baton) TCPAddr() string   { return "127.0.0.1:18081" }
+func (b *baton) HTTPSAddr() string { return "127.0.0.1:18443" }
+func (b *baton) socket() string    { return filepath.Join(b.dir, "run", "control.sock") }
 
 func (b *baton) Start() error {
 	cfg := fmt.Sprintf(`controlSocket: %s
@@ -154,6 +165,12 @@ listeners:
     address: %s
     protocol: tcp
     reusePort: true
+  - name: websecure
+    address: %s
+    protocol: http
+    reusePort: true
+    tls:
+      certificates: [{certFile: %q, keyFile: %q}]
 backends:
   - name: app
     static: [%q]
@@ -163,9 +180,15 @@ routes:
   - listener: web
     pathPrefix: /
     backend: app
+  - listener: websecure
+    pathPrefix: /
+    backend: app
   - listener: echo
     backend: echo
-`, b.socket(), b.workers, b.HTTPAddr(), b.TCPAddr(), backendHTTP, backendTCP)
+`, b.socket(), b.workers, b.HTTPAddr(), b.TCPAddr(), b.HTTPSAddr(), b.tls.cert, b.tls.key, backendHTTP, backendTCP)
+	if b.accessLog {
+		cfg += fmt.Sprintf("accessLog: {path: %q, format: json}\n", filepath.Join(b.dir, "access.log"))
+	}
 	path := filepath.Join(b.dir, "baton.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err
@@ -175,11 +198,19 @@ routes:
 	if err != nil {
 		return err
 	}
-	if err := waitServing(b.HTTPAddr(), b.p); err != nil {
-		return err
+	// The supervisor's sockets accept before the first generation is
+	// ready: wait for it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := b.status()
+		if err == nil && st.Ready {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("baton not ready after 30s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	_, err = b.status()
-	return err
 }
 
 func (b *baton) Reload() error { return b.p.cmd.Process.Signal(syscall.SIGHUP) }
@@ -209,6 +240,9 @@ func (b *baton) status() (*supervisor.Status, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !resp.OK {
+		return nil, fmt.Errorf("baton status: %s", resp.Error)
+	}
 	var st supervisor.Status
 	return &st, json.Unmarshal(resp.Result, &st)
 }
@@ -235,13 +269,15 @@ func (b *baton) PIDs() map[string][]int {
 // `nginx -s reload`.
 type nginx struct {
 	dir string
+	tls tlsFiles
 	p   *proc
 }
 
-func (n *nginx) Name() string     { return "nginx" }
-func (n *nginx) HTTPAddr() string { return "127.0.0.1:28080" }
-func (n *nginx) TCPAddr() string  { return "127.0.0.1:28081" }
-func (n *nginx) conf() string     { return filepath.Join(n.dir, "nginx.conf") }
+func (n *nginx) Name() string      { return "nginx" }
+func (n *nginx) HTTPAddr() string  { return "127.0.0.1:28080" }
+func (n *nginx) TCPAddr() string   { return "127.0.0.1:28081" }
+func (n *nginx) HTTPSAddr() string { return "127.0.0.1:28443" }
+func (n *nginx) conf() string      { return filepath.Join(n.dir, "nginx.conf") }
 
 func (n *nginx) Start() error {
 	stream := ""
@@ -262,6 +298,11 @@ http {
     upstream app { server %[2]s; keepalive 256; }
     server {
         listen %[3]s;
+        listen %[6]s ssl http2;
+        ssl_certificate %[7]s;
+        ssl_certificate_key %[8]s;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_session_cache shared:SSL:10m;
         location / {
             proxy_pass http://app;
             proxy_http_version 1.1;
@@ -274,7 +315,7 @@ http {
 stream {
     server { listen %[4]s; proxy_pass %[5]s; }
 }
-`, n.dir, backendHTTP, n.HTTPAddr(), n.TCPAddr(), backendTCP)
+`, n.dir, backendHTTP, n.HTTPAddr(), n.TCPAddr(), backendTCP, n.HTTPSAddr(), n.tls.cert, n.tls.key)
 	if err := os.WriteFile(n.conf(), []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -283,8 +324,10 @@ stream {
 	if err != nil {
 		return err
 	}
-	if err := waitServing(n.HTTPAddr(), n.p); err != nil {
-		return err
+	for _, a := range []string{n.HTTPAddr(), n.HTTPSAddr()} {
+		if err := waitServing(a, n.p); err != nil {
+			return err
+		}
 	}
 	return waitServing(n.TCPAddr(), n.p)
 }
@@ -308,12 +351,14 @@ func (n *nginx) PIDs() map[string][]int {
 // the old one (expose-fd listeners): HAProxy's seamless reload.
 type haproxy struct {
 	dir string
+	tls tlsFiles
 	p   *proc
 }
 
-func (h *haproxy) Name() string     { return "haproxy" }
-func (h *haproxy) HTTPAddr() string { return "127.0.0.1:29080" }
-func (h *haproxy) TCPAddr() string  { return "127.0.0.1:29081" }
+func (h *haproxy) Name() string      { return "haproxy" }
+func (h *haproxy) HTTPAddr() string  { return "127.0.0.1:29080" }
+func (h *haproxy) TCPAddr() string   { return "127.0.0.1:29081" }
+func (h *haproxy) HTTPSAddr() string { return "127.0.0.1:29443" }
 
 func (h *haproxy) Start() error {
 	cfg := fmt.Sprintf(`global
@@ -330,6 +375,9 @@ defaults
 frontend web
     bind %[2]s
     default_backend app
+frontend websecure
+    bind %[6]s ssl crt %[7]s alpn h2,http/1.1
+    default_backend app
 backend app
     http-reuse always
     server s1 %[3]s
@@ -340,7 +388,7 @@ frontend echo
 backend echo
     mode tcp
     server s1 %[5]s
-`, h.dir, h.HTTPAddr(), backendHTTP, h.TCPAddr(), backendTCP)
+`, h.dir, h.HTTPAddr(), backendHTTP, h.TCPAddr(), backendTCP, h.HTTPSAddr(), h.tls.combined)
 	path := filepath.Join(h.dir, "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err
@@ -350,8 +398,10 @@ backend echo
 	if err != nil {
 		return err
 	}
-	if err := waitServing(h.HTTPAddr(), h.p); err != nil {
-		return err
+	for _, a := range []string{h.HTTPAddr(), h.HTTPSAddr()} {
+		if err := waitServing(a, h.p); err != nil {
+			return err
+		}
 	}
 	return waitServing(h.TCPAddr(), h.p)
 }

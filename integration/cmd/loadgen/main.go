@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -33,7 +34,24 @@ func main() {
 	flag.DurationVar(&cfg.StreamInterval, "stream-interval", 10*time.Millisecond, "pause between echoes in a stream (negative: none)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Second, "bound of one request or echo")
 	flag.BoolVar(&cfg.RetryIdempotent, "retry", false, "retry a GET that failed on a reused connection before any response byte, once")
+	useTLS := flag.Bool("tls", false, "HTTPS to -http (certificates not verified: the load measures the server)")
+	resume := flag.Bool("tls-resume", false, "with -tls: keep sessions, so that new connections resume")
+	sni := flag.String("sni", "bench.example", "with -tls: the server name sent")
+	flag.IntVar(&cfg.H2, "h2", 0, "HTTP/2 GET clients, over -tls, as streams of one connection")
 	flag.Parse()
+	if *useTLS {
+		// X25519 for every target: nginx's and HAProxy's OpenSSL 3.0
+		// has no ML-KEM, which Go would otherwise choose with baton.
+		cfg.TLS = &tls.Config{ServerName: *sni, InsecureSkipVerify: true, NextProtos: []string{"http/1.1"},
+			CurvePreferences: []tls.CurveID{tls.X25519, tls.CurveP256}}
+		if *resume {
+			cfg.TLS.ClientSessionCache = tls.NewLRUClientSessionCache(1024)
+		}
+	}
+	if cfg.H2 > 0 && cfg.TLS == nil {
+		fmt.Fprintln(os.Stderr, "loadgen: -h2 needs -tls")
+		os.Exit(2)
+	}
 	if cfg.HTTPAddr == "" && cfg.TCPAddr == "" {
 		fmt.Fprintln(os.Stderr, "loadgen: -http or -tcp is required")
 		os.Exit(2)

@@ -65,6 +65,9 @@ type Config struct {
 	// it: a new connection is a TLS handshake (resumed when TLS has a
 	// session cache).
 	TLS *tls.Config
+	// H2 clients send GETs over HTTP/2 (over TLS, which must be set),
+	// as streams of one shared connection.
+	H2 int
 }
 
 // Failure classes.
@@ -95,6 +98,10 @@ type Result struct {
 	FailuresByKind map[string]uint64 `json:"failuresByKind"`
 	// Recovered counts failed idempotent requests that a retry answered.
 	Recovered uint64 `json:"recovered"`
+	// TLSHandshakes counts the TLS handshakes of new connections;
+	// TLSResumed those that resumed a session.
+	TLSHandshakes uint64 `json:"tlsHandshakes,omitempty"`
+	TLSResumed    uint64 `json:"tlsResumed,omitempty"`
 	// Latency of successful HTTP requests, in milliseconds.
 	Latency LatencySummary `json:"latencyMs"`
 	// Examples holds the first few failures, for the test log.
@@ -128,6 +135,8 @@ type recorder struct {
 	streams     uint64
 	echoes      uint64
 	recovered   uint64
+	handshakes  uint64
+	resumed     uint64
 	failures    map[string]uint64
 	examples    []string
 	hist        Histogram
@@ -207,6 +216,13 @@ func Run(ctx context.Context, cfg Config) *Result {
 	spawn(cfg.TCPStreams, "tcp", func(ctx context.Context, r *recorder) {
 		streamClient(ctx, cfg, r)
 	})
+	if cfg.H2 > 0 {
+		h2 := newH2Client(cfg)
+		defer h2.CloseIdleConnections()
+		spawn(cfg.H2, "h2", func(ctx context.Context, r *recorder) {
+			h2Client(ctx, cfg, r, h2)
+		})
+	}
 	wg.Wait()
 
 	res := &Result{
@@ -221,6 +237,8 @@ func Run(ctx context.Context, cfg Config) *Result {
 		res.Streams += r.streams
 		res.Echoes += r.echoes
 		res.Recovered += r.recovered
+		res.TLSHandshakes += r.handshakes
+		res.TLSResumed += r.resumed
 		for c, n := range r.failures {
 			res.Failures[c] += n
 			res.FailuresByKind[r.kind] += n
@@ -265,13 +283,21 @@ func dial(ctx context.Context, addr string, timeout time.Duration) (net.Conn, er
 	return d.DialContext(ctx, "tcp", addr)
 }
 
-// dialHTTP connects to the HTTP address, with TLS when cfg has it.
-func dialHTTP(ctx context.Context, cfg Config) (net.Conn, error) {
+// dialHTTP connects to the HTTP address, with TLS when cfg has it, and
+// counts the handshake in r.
+func dialHTTP(ctx context.Context, cfg Config, r *recorder) (net.Conn, error) {
 	if cfg.TLS == nil {
 		return dial(ctx, cfg.HTTPAddr, cfg.Timeout)
 	}
 	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: cfg.Timeout}, Config: cfg.TLS}
-	return d.DialContext(ctx, "tcp", cfg.HTTPAddr)
+	c, err := d.DialContext(ctx, "tcp", cfg.HTTPAddr)
+	if err == nil {
+		r.handshakes++
+		if c.(*tls.Conn).ConnectionState().DidResume {
+			r.resumed++
+		}
+	}
+	return c, err
 }
 
 // keepAliveClient sends req back to back on one connection, reconnecting
@@ -291,7 +317,7 @@ func keepAliveClient(ctx context.Context, cfg Config, r *recorder, req []byte, w
 	defer closeConn()
 	for !over(ctx) {
 		if cc == nil {
-			c, err := dialHTTP(ctx, cfg)
+			c, err := dialHTTP(ctx, cfg, r)
 			if err != nil {
 				if !over(ctx) {
 					r.fail(classify(err, false), err)
@@ -357,7 +383,7 @@ func roundTrip(c net.Conn, br *bufio.Reader, req []byte, wantLen int64) (*http.R
 }
 
 func retryOnce(ctx context.Context, cfg Config, req []byte) error {
-	c, err := dialHTTP(ctx, cfg)
+	c, err := dialHTTP(ctx, cfg, &recorder{})
 	if err != nil {
 		return err
 	}
@@ -371,7 +397,7 @@ func retryOnce(ctx context.Context, cfg Config, req []byte) error {
 func newConnClient(ctx context.Context, cfg Config, r *recorder, req []byte) {
 	for !over(ctx) {
 		t0 := time.Now()
-		c, err := dialHTTP(ctx, cfg)
+		c, err := dialHTTP(ctx, cfg, r)
 		if err != nil {
 			if !over(ctx) {
 				r.fail(classify(err, false), err)
@@ -392,6 +418,47 @@ func newConnClient(ctx context.Context, cfg Config, r *recorder, req []byte) {
 		r.ok(time.Since(t0))
 		if resp.StatusCode >= 500 {
 			r.fail(Class5xx, fmt.Errorf("status %d", resp.StatusCode))
+		}
+	}
+}
+
+// newH2Client is an HTTP/2 client over TLS with cfg's settings: its GETs
+// are streams of one connection (more when the server limits streams).
+func newH2Client(cfg Config) *http.Client {
+	tr := &http.Transport{TLSClientConfig: cfg.TLS.Clone(), ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 4}
+	tr.TLSClientConfig.NextProtos = []string{"h2"}
+	return &http.Client{Transport: tr, Timeout: cfg.Timeout}
+}
+
+// h2Client sends GETs back to back over c, which must speak HTTP/2.
+func h2Client(ctx context.Context, cfg Config, r *recorder, c *http.Client) {
+	url := "https://" + cfg.HTTPAddr + cfg.Path
+	for !over(ctx) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+		req.Host = cfg.Host
+		t0 := time.Now()
+		resp, err := c.Do(req)
+		if err != nil {
+			if !over(ctx) {
+				r.fail(classify(err, false), err)
+			}
+			continue
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		switch {
+		case err != nil:
+			if !over(ctx) {
+				r.fail(classify(err, false), err)
+			}
+		case resp.ProtoMajor != 2:
+			r.fail(ClassBadReply, fmt.Errorf("%s, want HTTP/2", resp.Proto))
+		case resp.StatusCode >= 500:
+			r.fail(Class5xx, fmt.Errorf("status %d", resp.StatusCode))
+		case resp.StatusCode != http.StatusOK || n != 3:
+			r.fail(ClassBadReply, fmt.Errorf("status %d, body %d bytes", resp.StatusCode, n))
+		default:
+			r.ok(time.Since(t0))
 		}
 	}
 }
