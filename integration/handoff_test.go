@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,12 +71,42 @@ func TestHandoffsIPv6(t *testing.T) {
 // generation. It returns the load's result and the handoffs.
 func handoffsUnderLoad(t *testing.T, b *batonProc, n int) (*load.Result, []supervisor.Handoff) {
 	t.Helper()
-	var progress atomic.Uint64
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	done := make(chan *load.Result, 1)
+	l := startLoad(t, b)
+	waitTraffic := func() { l.wait(t, 200) }
+	waitTraffic()
+	var hs []supervisor.Handoff
+	for range n {
+		hs = append(hs, b.SIGHUP())
+		waitTraffic()
+	}
+	res := l.stop()
+	// Every old generation drains once its last stream ends; the final
+	// status then has each handoff's drain time.
+	waitDrained(t, b, 60*time.Second)
+	final := b.Status().Handoffs
+	if len(final) > len(hs) {
+		final = final[len(final)-len(hs):]
+	}
+	return res, final
+}
+
+// loadRun is load.Run against b's "web" and "echo" listeners, in the
+// background: keep-alive, new-connection and POST clients and TCP streams
+// that each outlive many handoffs.
+type loadRun struct {
+	progress atomic.Uint64
+	cancel   context.CancelFunc
+	done     chan *load.Result
+	once     sync.Once
+	res      *load.Result
+}
+
+func startLoad(t testing.TB, b *batonProc) *loadRun {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &loadRun{cancel: cancel, done: make(chan *load.Result, 1)}
+	t.Cleanup(func() { l.stop() })
 	go func() {
-		done <- load.Run(ctx, load.Config{
+		l.done <- load.Run(ctx, load.Config{
 			HTTPAddr:   b.Address("web"),
 			TCPAddr:    b.Address("echo"),
 			Duration:   5 * time.Minute,
@@ -83,34 +114,23 @@ func handoffsUnderLoad(t *testing.T, b *batonProc, n int) (*load.Result, []super
 			NewConn:    2,
 			Post:       2,
 			TCPStreams: 4,
-			StreamLife: 2 * time.Second, // each stream outlives many handoffs
-			Progress:   &progress,
+			StreamLife: 2 * time.Second,
+			Progress:   &l.progress,
 		})
 	}()
-	waitTraffic := func() { harness.WaitTraffic(t, &progress, 200) }
-	waitTraffic()
-	var hs []supervisor.Handoff
-	for range n {
-		hs = append(hs, b.SIGHUP())
-		waitTraffic()
-	}
-	stop()
-	res := <-done
-	// Every old generation drains once its last stream ends; the final
-	// status then has each handoff's drain time.
-	waitFor(t, 60*time.Second, "the old generations to drain", func() bool {
-		for _, g := range b.Status().Generations {
-			if g.State == supervisor.GenDraining {
-				return false
-			}
-		}
-		return true
+	return l
+}
+
+// wait waits until n more requests and echoes have succeeded.
+func (l *loadRun) wait(t testing.TB, n uint64) { harness.WaitTraffic(t, &l.progress, n) }
+
+// stop ends the load and returns its result.
+func (l *loadRun) stop() *load.Result {
+	l.once.Do(func() {
+		l.cancel()
+		l.res = <-l.done
 	})
-	final := b.Status().Handoffs
-	if len(final) > len(hs) {
-		final = final[len(final)-len(hs):]
-	}
-	return res, final
+	return l.res
 }
 
 func readyMs(h supervisor.Handoff) (int64, bool) { return h.ReadyMs, true }

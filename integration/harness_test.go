@@ -8,9 +8,11 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-proxy/baton/integration/internal/backend"
 	"github.com/baton-proxy/baton/integration/internal/harness"
+	"github.com/baton-proxy/baton/supervisor"
 )
 
 // batonBin is the baton binary every test runs, built once by TestMain (with
@@ -118,4 +120,17 @@ func getOK(t *testing.T, c *http.Client, url string) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("GET %s: %d", url, resp.StatusCode)
 	}
+}
+
+// waitDrained waits until no generation of b is draining.
+func waitDrained(t testing.TB, b *batonProc, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, "the old generations to drain", func() bool {
+		for _, g := range b.Status().Generations {
+			if g.State == supervisor.GenDraining {
+				return false
+			}
+		}
+		return true
+	})
 }

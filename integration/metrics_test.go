@@ -81,14 +81,7 @@ func TestMetricsSurviveHandoffs(t *testing.T) {
 	if h := b.SIGHUP(); h.Outcome != supervisor.OutcomeOK {
 		t.Fatalf("handoff: %+v", h)
 	}
-	waitFor(t, 30*time.Second, "the old generation to exit", func() bool {
-		for _, g := range b.Status().Generations {
-			if g.State == supervisor.GenDraining {
-				return false
-			}
-		}
-		return true
-	})
+	waitDrained(t, b, 30*time.Second)
 	if n := scrape(t, maddr, "baton_requests_total"); n < 50 {
 		t.Errorf("requests_total went down to %v after a handoff", n)
 	}

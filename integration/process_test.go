@@ -56,14 +56,7 @@ func TestWorkerHoldsOnlyItsDescriptors(t *testing.T) {
 	for range 3 {
 		b.SIGHUP()
 	}
-	waitFor(t, 30*time.Second, "old generations to exit", func() bool {
-		for _, g := range b.Status().Generations {
-			if g.State == supervisor.GenDraining {
-				return false
-			}
-		}
-		return true
-	})
+	waitDrained(t, b, 30*time.Second)
 	supFDs := fdLinks(t, sup)
 	supSockets := sockets(supFDs)
 	workers := b.ActiveWorkers()

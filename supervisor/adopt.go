@@ -217,14 +217,18 @@ func (s *Supervisor) adoptGeneration(id uint64, orphans []*orphan, cfg *Config) 
 			}
 			gr.sockets[i] = &socket{file: f}
 		}
+		gr.sockets = slices.DeleteFunc(gr.sockets, func(sk *socket) bool { return sk == nil })
+		if gr.current == nil && len(gr.sockets) > 0 {
+			st.sockets.startSteering(gr)
+		}
 		g.plan.listeners = append(g.plan.listeners, plannedListener{
-			spec:  ListenerSpec{Name: info.Name, Network: info.Network, Address: info.Address, Protocol: info.Protocol, ReusePort: info.ReusePort, Sockets: info.GroupSize},
-			group: gr,
+			spec:    ListenerSpec{Name: info.Name, Network: info.Network, Address: info.Address, Protocol: info.Protocol, ReusePort: info.ReusePort, Sockets: info.GroupSize},
+			group:   gr,
+			sockets: gr.current,
 		})
-		for _, sk := range gr.sockets {
-			if sk != nil {
-				sk.refs++
-			}
+		for _, sk := range gr.current {
+			sk.refs++
+			sk.serving++
 		}
 	}
 	// Workers.

@@ -108,7 +108,7 @@ func (s *Supervisor) startGeneration(cfg *Config, h *handoff) bool {
 		s.finishHandoff(h, OutcomeRefused, err.Error())
 		return false
 	}
-	p, err := st.sockets.acquire(cfg.Listeners, cfg.Workers)
+	p, err := st.sockets.acquire(cfg.Listeners, cfg.Workers, false)
 	if err != nil {
 		s.finishHandoff(h, OutcomeRefused, err.Error())
 		return false
@@ -201,7 +201,7 @@ func (s *Supervisor) helloFor(sl *slot) (ipc.Hello, []*os.File) {
 	}
 	var files []*os.File
 	for _, pl := range g.plan.listeners {
-		idx := socketsForSlot(sl.index, len(g.slots), len(pl.group.sockets))
+		idx := socketsForSlot(sl.index, len(g.slots), len(pl.sockets))
 		hello.Listeners = append(hello.Listeners, ipc.ListenerInfo{
 			Name:      pl.spec.Name,
 			Key:       pl.group.key,
@@ -209,11 +209,11 @@ func (s *Supervisor) helloFor(sl *slot) (ipc.Hello, []*os.File) {
 			Address:   pl.group.address,
 			Protocol:  pl.spec.Protocol,
 			ReusePort: pl.group.reusePort,
-			GroupSize: len(pl.group.sockets),
+			GroupSize: len(pl.sockets),
 			Sockets:   idx,
 		})
 		for _, i := range idx {
-			files = append(files, pl.group.sockets[i].file)
+			files = append(files, pl.sockets[i].file)
 		}
 	}
 	if st := &s.state; st.accessLog != nil && g.cfg.AccessLogPath == st.accessLogPath {
@@ -443,6 +443,10 @@ func (s *Supervisor) promote(g *generation) {
 		h.StartupMs = max(h.StartupMs, ms(sl.readyAt.Sub(sl.startedAt)))
 	}
 	g.log.Info("generation active", zap.Int64("readyMs", h.ReadyMs))
+	// New connections go to g's sockets from now on (they differ from
+	// the old generation's when the group was resized).
+	st.sockets.commit(g.plan)
+	st.sockets.steer(g.plan, nil, 0)
 	if old != nil {
 		old.drainedBy = h
 		s.drain(old, fmt.Sprintf("handoff to generation %d", g.id), time.Now().Add(g.cfg.DrainTimeout))
@@ -523,6 +527,7 @@ func (s *Supervisor) drain(g *generation, reason string, deadline time.Time) {
 			sl.state = WorkerExited
 		}
 	}
+	s.state.sockets.draining(g.plan)
 	s.settle(g)
 	s.limitDraining()
 }

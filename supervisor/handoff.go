@@ -148,10 +148,14 @@ func (s *Supervisor) snapshot() Status {
 				Address:   pl.group.address,
 				Protocol:  pl.spec.Protocol,
 				ReusePort: pl.group.reusePort,
-				Sockets:   len(pl.group.sockets),
+				Sockets:   len(pl.sockets),
+				Steering:  "bpf",
+			}
+			if pl.group.steer == nil {
+				ls.Steering = "kernel hash: steering needs " + pl.group.steerReason()
 			}
 			if pl.group.network != "unix" {
-				for _, sock := range pl.group.sockets {
+				for _, sock := range pl.sockets {
 					depth, limit, err := queueDepth(sock.file)
 					if err == nil {
 						ls.AcceptQueue = append(ls.AcceptQueue, depth)

@@ -99,6 +99,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		s.log.Warn("cannot mark inherited descriptors close-on-exec; workers may inherit them", zap.Error(err))
 	}
 	st.sockets = newSocketTable()
+	st.sockets.log = s.log
+	st.sockets.newSteer = s.opts.Steer
 	defer func() { st.sockets.closeAll(!st.upgraded) }()
 	upg := s.opts.Upgrader
 	if upg != nil && upg.HasParent() {

@@ -7,9 +7,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/baton-proxy/baton/internal/steer"
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,9 +27,15 @@ const listenBacklog = 65535
 // only once the generations that served it have exited.
 //
 // A group is a listener's set of sockets: one, or N in a SO_REUSEPORT group.
-// A group never changes size while it lives: closing a member resets the
-// connections queued on it, and a member opened for a generation that then
-// fails would have to be closed the same way.
+// Generations share the group's current sockets. Where BPF can steer the
+// group (internal/steer), a generation may instead get sockets of its own in
+// the same group: a canary, or a new size (sockets or workers changed). The
+// steering table then sends new connections only to the sockets of the
+// serving generations, and a socket that no serving generation holds is
+// closed as soon as its generation drains: the kernel migrates what was
+// queued on it to a steered socket, so nothing is reset. Without steering a
+// group never changes size: closing a member would reset the connections
+// queued on it.
 type socketTable struct {
 	groups map[string]*group // by network and address
 	// inherit returns a socket a previous supervisor handed over (a
@@ -35,6 +44,9 @@ type socketTable struct {
 	// activated are the sockets systemd passed, adopted by the listener
 	// they belong to.
 	activated []*activated
+	// newSteer loads a steering program for a group; nil: never steer.
+	newSteer func() (*steer.Group, error)
+	log      *zap.Logger
 }
 
 // fileName names socket i of a group for a self-upgrade.
@@ -46,12 +58,21 @@ type group struct {
 	network   string
 	address   string
 	reusePort bool
-	sockets   []*socket
+	sockets   []*socket // every open socket, in the order opened
+	current   []*socket // the ones a new generation shares
+	// steer chooses the socket of each new connection; nil when the
+	// kernel's hash does, for steerErr.
+	steer    *steer.Group
+	steerErr error
 }
 
 type socket struct {
-	file *os.File
-	refs int
+	file    *os.File
+	refs    int  // plans holding it
+	serving int  // plans of generations not draining holding it
+	slot    int  // in the steering program's sockarray
+	steered bool // the steering table names it
+	closed  bool // closed early: only draining generations held it
 }
 
 // plan is the set of sockets one generation uses, listener by listener.
@@ -60,20 +81,30 @@ type plan struct {
 }
 
 type plannedListener struct {
-	spec  ListenerSpec
-	group *group
+	spec    ListenerSpec
+	group   *group
+	sockets []*socket // the group's sockets this generation accepts on
 }
 
 func newSocketTable() *socketTable {
-	return &socketTable{groups: make(map[string]*group)}
+	return &socketTable{groups: make(map[string]*group), log: zap.NewNop()}
 }
 
 // acquire returns the sockets for specs, opening what is missing, and takes a
-// reference on each. On error nothing changes.
-func (t *socketTable) acquire(specs []ListenerSpec, workers int) (*plan, error) {
+// reference on each. With own, every listener gets sockets of its own (a
+// canary), which needs steering. On error nothing changes.
+func (t *socketTable) acquire(specs []ListenerSpec, workers int, own bool) (*plan, error) {
 	p := &plan{}
 	var opened []*group
+	type extra struct {
+		g     *group
+		socks []*socket
+	}
+	var extras []extra
 	undo := func() {
+		for _, e := range extras {
+			e.g.drop(e.socks)
+		}
 		for _, g := range opened {
 			g.retire()
 			delete(t.groups, g.key)
@@ -101,6 +132,17 @@ func (t *socketTable) acquire(specs []ListenerSpec, workers int) (*plan, error) 
 		if g == nil {
 			g = t.adoptActivated(key, spec)
 		}
+		if g != nil && g.current == nil {
+			// Handed over (an upgrade, systemd) and not yet used: taken as
+			// it is, as when it was opened.
+			if g.reusePort != spec.ReusePort || (spec.Sockets != 0 && spec.Sockets != len(g.sockets)) {
+				undo()
+				return nil, fmt.Errorf("listener %s: %s was handed over with %d sockets (reusePort: %t); the config asks for %d (reusePort: %t), which needs a restart of baton", spec.Name, spec.Address, len(g.sockets), g.reusePort, want, spec.ReusePort)
+			}
+			t.startSteering(g)
+			p.listeners = append(p.listeners, plannedListener{spec: spec, group: g, sockets: g.current})
+			continue
+		}
 		if g == nil {
 			if want == 0 {
 				want = workers
@@ -113,37 +155,248 @@ func (t *socketTable) acquire(specs []ListenerSpec, workers int) (*plan, error) 
 			}
 			t.groups[key] = g
 			opened = append(opened, g)
-		} else {
-			if g.reusePort != spec.ReusePort {
+			t.startSteering(g)
+			if own {
+				// A canary needs an active generation beside it.
 				undo()
-				return nil, fmt.Errorf("listener %s: %s is open with reusePort: %t; changing it needs a restart of baton", spec.Name, spec.Address, g.reusePort)
+				return nil, fmt.Errorf("listener %s: a canary serves the active generation's listeners; %s is new (reload without --canary first)", spec.Name, spec.Address)
 			}
-			if want != 0 && want != len(g.sockets) {
-				undo()
-				return nil, fmt.Errorf("listener %s: the reuseport group of %s has %d sockets; resizing it needs a restart of baton (a socket leaving a live group resets the connections queued on it)", spec.Name, spec.Address, len(g.sockets))
-			}
+			p.listeners = append(p.listeners, plannedListener{spec: spec, group: g, sockets: g.current})
+			continue
 		}
-		p.listeners = append(p.listeners, plannedListener{spec: spec, group: g})
+		if g.reusePort != spec.ReusePort {
+			undo()
+			return nil, fmt.Errorf("listener %s: %s is open with reusePort: %t; changing it needs a restart of baton", spec.Name, spec.Address, g.reusePort)
+		}
+		if want == 0 && g.steer != nil {
+			want = workers // one socket per worker, on every reload
+		}
+		resize := want != 0 && want != len(g.current)
+		if !own && !resize {
+			p.listeners = append(p.listeners, plannedListener{spec: spec, group: g, sockets: g.current})
+			continue
+		}
+		if g.steer == nil {
+			undo()
+			if own {
+				return nil, fmt.Errorf("listener %s: a canary needs sockets of its own on %s, which needs %s", spec.Name, spec.Address, g.steerReason())
+			}
+			return nil, fmt.Errorf("listener %s: the reuseport group of %s has %d sockets; resizing it to %d needs %s, or a restart of baton (a socket leaving a live group resets the connections queued on it)", spec.Name, spec.Address, len(g.current), want, g.steerReason())
+		}
+		if want == 0 {
+			want = len(g.current)
+		}
+		socks, err := g.open(want)
+		if err != nil {
+			undo()
+			return nil, fmt.Errorf("listener %s: %w", spec.Name, err)
+		}
+		extras = append(extras, extra{g, socks})
+		p.listeners = append(p.listeners, plannedListener{spec: spec, group: g, sockets: socks})
 	}
 	for _, pl := range p.listeners {
-		for _, s := range pl.group.sockets {
+		for _, s := range pl.sockets {
 			s.refs++
+			s.serving++
 		}
 	}
 	return p, nil
 }
 
-// release drops p's references and closes the sockets no plan uses.
+// steerReason says why a group cannot be steered.
+func (g *group) steerReason() string {
+	switch {
+	case !g.reusePort:
+		return "reusePort: true (it is a single socket)"
+	case g.network == "unix":
+		return "a TCP listener (unix sockets have no reuseport groups)"
+	case g.external:
+		return "sockets baton opens (systemd passed these)"
+	case g.steerErr != nil:
+		return fmt.Sprintf("BPF steering, unavailable here: %v", g.steerErr)
+	}
+	return "BPF steering"
+}
+
+// startSteering attaches a steering program to a new TCP reuseport group
+// and steers to all its sockets; where BPF cannot be used the group goes
+// on without, and says why.
+func (t *socketTable) startSteering(g *group) {
+	g.current = g.sockets
+	if !g.reusePort || g.network == "unix" || g.external || t.newSteer == nil {
+		return
+	}
+	st, err := t.newSteer()
+	if err == nil {
+		err = st.Attach(g.sockets[0].file)
+		for i, s := range g.sockets {
+			if err != nil {
+				break
+			}
+			s.slot = i
+			err = st.Add(i, s.file)
+		}
+		if err != nil {
+			st.Close()
+		}
+	}
+	if err != nil {
+		g.steerErr = err
+		t.log.Warn("listener: no BPF steering; the kernel's hash spreads connections, and canaries and resizing are refused", zap.String("address", g.address), zap.Error(err))
+		return
+	}
+	g.steer = st
+	if err := g.steerTo(g.current, nil, 0); err != nil {
+		t.log.Error("listener: steering", zap.String("address", g.address), zap.Error(err))
+	}
+}
+
+// open adds n sockets to a steered group, each in a free slot of its
+// sockarray. They take no connection until steered to.
+func (g *group) open(n int) ([]*socket, error) {
+	used := make(map[int]bool, len(g.sockets))
+	for _, s := range g.sockets {
+		used[s.slot] = true
+	}
+	next := 0
+	var socks []*socket
+	for range n {
+		for used[next] {
+			next++
+		}
+		if next >= steer.MaxSockets {
+			g.drop(socks)
+			return nil, fmt.Errorf("the reuseport group of %s would have more than %d sockets", g.address, steer.MaxSockets)
+		}
+		f, err := listen(g.network, g.address, true)
+		if err == nil {
+			err = g.steer.Add(next, f)
+			if err != nil {
+				f.Close()
+			}
+		}
+		if err != nil {
+			g.drop(socks)
+			return nil, fmt.Errorf("open a socket on %s: %w", g.address, err)
+		}
+		s := &socket{file: f, slot: next}
+		used[next] = true
+		socks = append(socks, s)
+		g.sockets = append(g.sockets, s)
+	}
+	return socks, nil
+}
+
+// drop closes socks, which no plan holds, and forgets them.
+func (g *group) drop(socks []*socket) {
+	for _, s := range socks {
+		if !s.closed {
+			s.file.Close()
+			s.closed = true
+		}
+	}
+	g.sockets = slices.DeleteFunc(g.sockets, func(s *socket) bool { return slices.Contains(socks, s) })
+	g.current = slices.DeleteFunc(slices.Clone(g.current), func(s *socket) bool { return slices.Contains(socks, s) })
+}
+
+// steerTo sends new connections to active's sockets, and permil of them
+// to canary's when canary is not empty.
+func (g *group) steerTo(active, canary []*socket, permil int) error {
+	if len(canary) == 0 {
+		permil = 0
+	}
+	slots := func(socks []*socket) []int {
+		var out []int
+		for _, s := range socks {
+			out = append(out, s.slot)
+		}
+		return out
+	}
+	err := g.steer.Steer(steer.Share{Slots: slots(active), Permil: steer.TableSize - permil}, steer.Share{Slots: slots(canary), Permil: permil})
+	for _, s := range g.sockets {
+		s.steered = slices.Contains(active, s) || (permil > 0 && slices.Contains(canary, s))
+	}
+	return err
+}
+
+// commit makes p's sockets the ones new generations share: p's generation
+// is the active one.
+func (t *socketTable) commit(p *plan) {
+	for _, pl := range p.listeners {
+		pl.group.current = pl.sockets
+	}
+}
+
+// steer sends the new connections of every steered group to the sockets of
+// active, and permil of them to canary's (nil: none).
+func (t *socketTable) steer(active, canary *plan, permil int) {
+	for _, g := range t.groups {
+		if g.steer == nil {
+			continue
+		}
+		a, c := active.socketsOf(g), canary.socketsOf(g)
+		if a == nil {
+			a, c = c, nil
+		}
+		if a == nil {
+			continue
+		}
+		if err := g.steerTo(a, c, permil); err != nil {
+			t.log.Error("listener: steering", zap.String("address", g.address), zap.Error(err))
+		}
+	}
+}
+
+// socketsOf returns the sockets p holds in g; nil when none.
+func (p *plan) socketsOf(g *group) []*socket {
+	if p == nil {
+		return nil
+	}
+	for _, pl := range p.listeners {
+		if pl.group == g {
+			return pl.sockets
+		}
+	}
+	return nil
+}
+
+// draining tells the table that p's generation drains: a steered socket
+// that no serving generation holds any more, and that the table no longer
+// names, is closed now. Its workers close their copies as they drain, and
+// the kernel migrates what was queued on it to a steered socket.
+func (t *socketTable) draining(p *plan) {
+	if p == nil {
+		return
+	}
+	for _, pl := range p.listeners {
+		for _, s := range pl.sockets {
+			s.serving--
+			if s.serving == 0 && !s.steered && pl.group.steer != nil && !s.closed {
+				s.file.Close()
+				s.closed = true
+			}
+		}
+	}
+}
+
+// release drops p's references and closes the sockets no plan uses; a
+// group with no socket left is gone. Sockets of a generation that never
+// served (it failed) may still count as serving: they go all the same.
 func (t *socketTable) release(p *plan) {
 	if p == nil {
 		return
 	}
 	for _, pl := range p.listeners {
 		g := pl.group
-		for _, s := range g.sockets {
+		var unused []*socket
+		for _, s := range pl.sockets {
 			s.refs--
+			if s.refs == 0 {
+				unused = append(unused, s)
+			}
 		}
-		if g.sockets[0].refs == 0 {
+		g.drop(unused)
+		if len(g.sockets) == 0 {
 			g.retire()
 			delete(t.groups, g.key)
 		}
@@ -183,11 +436,12 @@ func (t *socketTable) inheritGroup(key string, spec ListenerSpec) (*group, error
 	return g, nil
 }
 
-// files returns every socket by its upgrade name.
+// files returns every open socket of the groups by its upgrade name (the
+// current ones: an upgrade waits for a canary or a resize to finish).
 func (t *socketTable) files() map[string]*os.File {
 	m := make(map[string]*os.File)
 	for key, g := range t.groups {
-		for i, s := range g.sockets {
+		for i, s := range g.current {
 			m[fileName(key, i)] = s.file
 		}
 	}
@@ -210,7 +464,14 @@ func (t *socketTable) closeAll(unlink bool) {
 
 func (g *group) close() {
 	for _, s := range g.sockets {
-		s.file.Close()
+		if !s.closed {
+			s.file.Close()
+			s.closed = true
+		}
+	}
+	if g.steer != nil {
+		g.steer.Close()
+		g.steer = nil
 	}
 }
 

@@ -74,6 +74,10 @@ type ListenerStatus struct {
 	AcceptQueue []int `json:"acceptQueue,omitempty"`
 	// Backlog is the accept queue's limit (TCP only).
 	Backlog int `json:"backlog,omitempty"`
+	// Steering is "bpf" when a steering program chooses the socket of each
+	// new connection (canaries and resizing work), or why the kernel's
+	// own hash does (a single socket, no CAP_BPF...).
+	Steering string `json:"steering,omitempty"`
 }
 
 // GenerationStatus describes one generation.

@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/steer"
 	"go.uber.org/zap"
 )
 
@@ -104,8 +105,8 @@ type ListenerSpec struct {
 	Protocol string // opaque; passed to workers
 	// ReusePort opens Sockets sockets in one SO_REUSEPORT group.
 	ReusePort bool
-	// Sockets is the group's size. Zero: Workers when the group is opened,
-	// and whatever size it has on a reload.
+	// Sockets is the group's size. Zero: Workers (on a reload too when
+	// the group is steered; without steering, whatever size it has).
 	Sockets int
 }
 
@@ -142,6 +143,10 @@ type Options struct {
 	// supervisor process (SIGUSR2, `baton upgrade`) and take them over
 	// from an old one. *upgrade.Upgrader implements it.
 	Upgrader Upgrader
+	// Steer, when set, loads a steering program for each TCP reuseport
+	// group (steer.New): canaries and resizing a group need one. An error
+	// leaves the group to the kernel's hash, and says why.
+	Steer func() (*steer.Group, error)
 }
 
 // Upgrader hands listening sockets from one supervisor process to the next:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/internal/sdnotify"
+	"github.com/baton-proxy/baton/internal/steer"
 	"github.com/baton-proxy/baton/internal/upgrade"
 	"github.com/baton-proxy/baton/supervisor"
 	"github.com/urfave/cli/v2"
@@ -79,6 +80,7 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func
 		LogDropped:       logDropped,
 		Version:          version,
 		Upgrader:         upg,
+		Steer:            steer.New,
 	})
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -329,4 +330,28 @@ func (l *LogFile) String() string {
 		return err.Error()
 	}
 	return string(b)
+}
+
+// ListeningSockets counts the sockets in the LISTEN state bound to addr, an
+// IPv4 host:port, as /proc/net/tcp lists them (a reuseport group lists one
+// line per socket).
+func ListeningSockets(addr string) (int, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || !ap.Addr().Is4() {
+		return 0, fmt.Errorf("listening sockets on %q: an IPv4 host:port is needed", addr)
+	}
+	a := ap.Addr().As4()
+	want := fmt.Sprintf("%02X%02X%02X%02X:%04X", a[3], a[2], a[1], a[0], ap.Port())
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 3 && f[1] == want && f[3] == "0A" {
+			n++
+		}
+	}
+	return n, nil
 }
