@@ -133,6 +133,19 @@ func (l *loadRun) stop() *load.Result {
 	return l.res
 }
 
+// checkNoFailures fails t unless res counts no failure, at least
+// minRequests requests and a finished TCP stream.
+func checkNoFailures(t testing.TB, res *load.Result, minRequests uint64) {
+	t.Helper()
+	t.Logf("%s", res)
+	if n := res.TotalFailures(); n != 0 {
+		t.Errorf("%d failures: %v by kind %v; first: %q", n, res.Failures, res.FailuresByKind, res.Examples)
+	}
+	if res.Requests < minRequests || res.Streams == 0 {
+		t.Errorf("too little load to show anything: %s", res)
+	}
+}
+
 func readyMs(h supervisor.Handoff) (int64, bool) { return h.ReadyMs, true }
 func drainMs(h supervisor.Handoff) (int64, bool) {
 	if h.DrainMs == nil {

@@ -34,6 +34,10 @@ type Hello struct {
 	// supervisor dies while the worker serves, the worker keeps serving
 	// and waits to be adopted (see Orphans). Nil: drain at once.
 	Orphans *Orphans `json:"orphans,omitempty"`
+	// CanaryOf, when set, says the worker's generation started as a canary
+	// beside that one. A supervisor adopting orphans of both aborts the
+	// canary: promoting it would have drained the other.
+	CanaryOf uint64 `json:"canaryOf,omitempty"`
 }
 
 // Orphans says how a worker waits for a new supervisor after its own died.
@@ -60,6 +64,8 @@ type Orphan struct {
 	// TicketKeys are the worker's session-ticket keys, so that the
 	// adopting supervisor can keep sessions resumable.
 	TicketKeys [][]byte `json:"ticketKeys,omitempty"`
+	// CanaryOf is the hello's.
+	CanaryOf uint64 `json:"canaryOf,omitempty"`
 }
 
 // Files is the number of descriptors the orphan's listeners announce.
@@ -165,6 +171,10 @@ type Stats struct {
 	// ProxyProtocolErrors counts connections closed for a missing or
 	// malformed PROXY protocol header (optional).
 	ProxyProtocolErrors uint64 `json:"proxyProtocolErrors,omitempty"`
+	// Failures counts requests answered with a server error (5xx, the
+	// backend's or the proxy's own) and TCP streams no backend took: what
+	// a canary is judged by (optional).
+	Failures uint64 `json:"failures,omitempty"`
 	// Series are the worker's metric series, cumulative since it started
 	// (optional).
 	Series []metrics.Series `json:"series,omitempty"`
@@ -177,6 +187,7 @@ func (s *Stats) AddCounters(o *Stats) {
 	s.Accepted += o.Accepted
 	s.Requests += o.Requests
 	s.Errors += o.Errors
+	s.Failures += o.Failures
 	s.LogDropped += o.LogDropped
 	s.TLSHandshakeErrors += o.TLSHandshakeErrors
 	s.ProxyProtocolErrors += o.ProxyProtocolErrors
@@ -223,8 +234,12 @@ func (c *BackendCounters) Add(o BackendCounters) {
 
 // Request is a control socket command.
 type Request struct {
-	// Command is "status", "reload" or "stop".
+	// Command is "status", "reload", "promote", "abort", "upgrade" or
+	// "stop".
 	Command string `json:"command"`
+	// Canary, with reload, starts the new generation as a canary taking
+	// this percent (1 to 99) of the new connections.
+	Canary int `json:"canary,omitempty"`
 }
 
 // Response answers a Request.

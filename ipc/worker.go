@@ -268,7 +268,7 @@ func (w *Worker) adoptedBy(uc *net.UnixConn) *Conn {
 	}
 	c := newConn(uc)
 	c.uc.SetDeadline(time.Now().Add(AdoptionTimeout))
-	o := Orphan{Generation: w.hello.Generation, Slot: w.hello.Slot, Workers: w.hello.Workers, Config: w.hello.Config, TicketKeys: w.TicketKeys()}
+	o := Orphan{Generation: w.hello.Generation, Slot: w.hello.Slot, Workers: w.hello.Workers, Config: w.hello.Config, TicketKeys: w.TicketKeys(), CanaryOf: w.hello.CanaryOf}
 	var files []*os.File
 	defer func() {
 		for _, f := range files {

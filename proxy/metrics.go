@@ -30,12 +30,13 @@ type listenerMetrics struct {
 	tlsHandshakes, tlsErrors atomic.Uint64
 	proxyProtocolErrors      atomic.Uint64
 	tls                      bool
+	failures                 *atomic.Uint64 // the worker's count of 5xx answers
 }
 
 // newListenerMetrics prepares the series of listener lc: one per backend
 // its routes name.
-func newListenerMetrics(cfg *config.Config, lc *config.Listener) *listenerMetrics {
-	m := &listenerMetrics{requests: map[string]*classHistograms{"": new(classHistograms)}, tls: lc.TLS != nil}
+func newListenerMetrics(cfg *config.Config, lc *config.Listener, failures *atomic.Uint64) *listenerMetrics {
+	m := &listenerMetrics{requests: map[string]*classHistograms{"": new(classHistograms)}, tls: lc.TLS != nil, failures: failures}
 	for _, r := range cfg.Routes {
 		if r.Listener == lc.Name && m.requests[r.Backend] == nil {
 			m.requests[r.Backend] = new(classHistograms)
@@ -51,6 +52,9 @@ func (m *listenerMetrics) request(backend string, status int, d time.Duration) {
 		h = m.requests[""]
 	}
 	h[metrics.ClassIndex(status)].Observe(d)
+	if status >= 500 {
+		m.failures.Add(1)
+	}
 }
 
 // handshake counts a TLS handshake, failed or not.

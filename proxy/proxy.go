@@ -75,6 +75,9 @@ type counters struct {
 	// proxyProtocolErrors counts connections closed for a missing or
 	// malformed PROXY protocol header.
 	proxyProtocolErrors atomic.Uint64
+	// failures counts requests answered 5xx (the backend's or the
+	// proxy's own) and TCP streams no backend took.
+	failures atomic.Uint64
 }
 
 // New compiles cfg's backends and routes.
@@ -89,7 +92,7 @@ func New(cfg *config.Config, log *zap.Logger) *Proxy {
 	}
 	p.listenerMetrics = make(map[string]*listenerMetrics, len(cfg.Listeners))
 	for i := range cfg.Listeners {
-		p.listenerMetrics[cfg.Listeners[i].Name] = newListenerMetrics(cfg, &cfg.Listeners[i])
+		p.listenerMetrics[cfg.Listeners[i].Name] = newListenerMetrics(cfg, &cfg.Listeners[i], &p.stats.failures)
 	}
 	for _, bc := range cfg.Backends {
 		b := newBackend(bc, cfg.HTTP.MaxHeaderBytes)
@@ -216,6 +219,7 @@ func (p *Proxy) Stats() ipc.Stats {
 
 		TLSHandshakeErrors:  p.stats.tlsHandshakeErrors.Load(),
 		ProxyProtocolErrors: p.stats.proxyProtocolErrors.Load(),
+		Failures:            p.stats.failures.Load(),
 		Series:              p.series(),
 	}
 	if p.logDropped != nil {

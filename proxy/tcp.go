@@ -85,6 +85,7 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 	up, _, err := f.backend.dialStream(context.Background())
 	if err != nil {
 		f.p.stats.errors.Add(1)
+		f.p.stats.failures.Add(1)
 		f.backend.errors.Add(1)
 		f.p.log.Debug("tcp upstream", zap.String("listener", f.name), zap.Error(err))
 		return

@@ -103,14 +103,26 @@ func (s *Supervisor) adopt(cfg *Config) *generation {
 		st.ticketKeys = keys
 	}
 	h := s.newHandoff("adopt", len(orphans))
+	// The newest generation serves on, unless it is a canary whose active
+	// generation is here too: it was never promoted, and is aborted.
+	newest := ids[len(ids)-1]
+	for i := len(ids) - 1; i >= 0; i-- {
+		if base := byGen[ids[i]][0].msg.CanaryOf; base == 0 || byGen[base] == nil {
+			newest = ids[i]
+			break
+		}
+	}
 	var active *generation
 	for _, id := range ids {
 		g := s.adoptGeneration(id, byGen[id], cfg)
 		st.nextGen = max(st.nextGen, id)
-		if id == ids[len(ids)-1] {
+		switch {
+		case id == newest:
 			active = g
-		} else {
-			s.drain(g, fmt.Sprintf("adopted, with generation %d newer", ids[len(ids)-1]), time.Now().Add(cfg.DrainTimeout))
+		case id > newest:
+			s.drain(g, fmt.Sprintf("adopted: a canary beside generation %d, whose supervisor died; aborted", newest), time.Now().Add(cfg.DrainTimeout))
+		default:
+			s.drain(g, fmt.Sprintf("adopted, with generation %d newer", newest), time.Now().Add(cfg.DrainTimeout))
 		}
 	}
 	h.To = active.id

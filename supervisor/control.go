@@ -26,6 +26,8 @@ const (
 	CommandReload  = "reload"
 	CommandStop    = "stop"
 	CommandUpgrade = "upgrade"
+	CommandPromote = "promote"
+	CommandAbort   = "abort"
 )
 
 // listenControl opens the control socket: mode 0600 in a directory created
@@ -148,9 +150,28 @@ func (s *Supervisor) command(req ipc.Request) ipc.Response {
 		}
 		return result(true, "", st)
 	case CommandReload:
+		if req.Canary != 0 {
+			h := s.ReloadCanary(req.Canary)
+			if h.Outcome != OutcomeCanary {
+				return result(false, fmt.Sprintf("canary %s: %s", h.Outcome, h.Reason), h)
+			}
+			return result(true, "", h)
+		}
 		h := s.Reload("control")
 		if h.Outcome != OutcomeOK {
 			return result(false, fmt.Sprintf("reload %s: %s", h.Outcome, h.Reason), h)
+		}
+		return result(true, "", h)
+	case CommandPromote, CommandAbort:
+		var h Handoff
+		want := OutcomeOK
+		if req.Command == CommandPromote {
+			h = s.Promote()
+		} else {
+			h, want = s.Abort(), OutcomeAborted
+		}
+		if h.Outcome != want {
+			return result(false, fmt.Sprintf("%s %s: %s", req.Command, h.Outcome, h.Reason), h)
 		}
 		return result(true, "", h)
 	case CommandStop:

@@ -28,8 +28,10 @@ type generation struct {
 	readyDeadline time.Time
 	drainStart    time.Time
 	drainDeadline time.Time
-	handoff       *handoff // the handoff that started it
-	drainedBy     *handoff // the handoff that made it drain, if any
+	handoff       *handoff   // the handoff that started it
+	drainedBy     *handoff   // the handoff that made it drain, if any
+	canary        *canaryRun // set when it started as a canary
+	exited        counts     // what its exited workers served
 	slots         []*slot
 	log           *zap.Logger
 }
@@ -101,14 +103,15 @@ func (g *generation) allReady() bool {
 }
 
 // startGeneration acquires the sockets for cfg and launches a generation
-// for handoff h. It reports false, with h decided, when nothing could start.
-func (s *Supervisor) startGeneration(cfg *Config, h *handoff) bool {
+// for handoff h; a canary gets sockets of its own. It reports false, with h
+// decided, when nothing could start.
+func (s *Supervisor) startGeneration(cfg *Config, h *handoff, canary *canaryRun) bool {
 	st := &s.state
 	if err := s.useAccessLog(cfg); err != nil {
 		s.finishHandoff(h, OutcomeRefused, err.Error())
 		return false
 	}
-	p, err := st.sockets.acquire(cfg.Listeners, cfg.Workers, false)
+	p, err := st.sockets.acquire(cfg.Listeners, cfg.Workers, canary != nil)
 	if err != nil {
 		s.finishHandoff(h, OutcomeRefused, err.Error())
 		return false
@@ -122,6 +125,7 @@ func (s *Supervisor) startGeneration(cfg *Config, h *handoff) bool {
 		binary:    s.opts.Binary,
 		startedAt: time.Now(),
 		handoff:   h,
+		canary:    canary,
 	}
 	g.log = s.log.With(zap.Uint64("generation", g.id))
 	h.To = g.id
@@ -198,6 +202,9 @@ func (s *Supervisor) helloFor(sl *slot) (ipc.Hello, []*os.File) {
 	hello := ipc.Hello{Generation: g.id, Slot: sl.index, Workers: len(g.slots), Config: g.cfg.Payload, TicketKeys: s.state.ticketKeys}
 	if g.cfg.OrphanTimeout > 0 {
 		hello.Orphans = &ipc.Orphans{Name: orphanName(g.cfg.ControlSocket), Timeout: g.cfg.OrphanTimeout}
+	}
+	if g.canary != nil {
+		hello.CanaryOf = g.canary.of
 	}
 	var files []*os.File
 	for _, pl := range g.plan.listeners {
@@ -285,7 +292,11 @@ func (s *Supervisor) handleMessage(p *proc, fr ipc.Frame) {
 		sl.log().Info("worker ready", zap.Duration("after", sl.readyAt.Sub(sl.startedAt)))
 		g := sl.gen
 		if g.state == GenStarting && g.allReady() {
-			s.promote(g)
+			if g.canary != nil {
+				s.startCanary(g)
+			} else {
+				s.promote(g)
+			}
 		}
 	case ipc.TypeFailed:
 		var m ipc.Failed
@@ -321,6 +332,9 @@ func (s *Supervisor) handleMessage(p *proc, fr ipc.Frame) {
 		}
 		sl.stats = m
 		sl.watched = true
+		if s.state.canary != nil {
+			s.judgeCanary(time.Now())
+		}
 	default:
 		s.handleBroken(p, fmt.Errorf("%w: %s from a worker", ipc.ErrUnexpected, fr.Type))
 	}
@@ -348,6 +362,8 @@ func (s *Supervisor) handleExit(p *proc, err error) {
 	// Its counters live on in the totals: they never go down across
 	// restarts and generations.
 	s.state.retired.AddCounters(&sl.stats)
+	g.exited.requests += sl.stats.Requests
+	g.exited.failures += sl.stats.Failures
 	s.state.retiredSeries.Add(sl.stats.Series...)
 	for _, b := range sl.stats.Backends {
 		c := s.state.retiredBackends[b.Name]
@@ -368,7 +384,7 @@ func (s *Supervisor) handleExit(p *proc, err error) {
 		sl.log().Error("worker exited before ready", zap.String("status", status))
 		s.failGeneration(g, fmt.Sprintf("worker %d (pid %d) exited before ready: %s", sl.index, sl.pid, why))
 		sl.state = WorkerFailed
-	case g.state == GenActive && (!s.state.stopping || !s.state.shutdownAt.IsZero()):
+	case (g.state == GenActive || g.state == GenCanary) && (!s.state.stopping || !s.state.shutdownAt.IsZero()):
 		// Restarted while the generation serves, shutdownDelay included.
 		up := time.Since(p.startedAt)
 		if up >= StableAfter {
@@ -383,7 +399,7 @@ func (s *Supervisor) handleExit(p *proc, err error) {
 		}
 		sl.restartAt = time.Now().Add(delay)
 		sl.log().Warn("worker of the active generation died; restarting it", zap.String("status", status), zap.Duration("after", up), zap.Duration("backoff", delay))
-	case g.state == GenDraining || g.state == GenActive:
+	case g.state == GenDraining || g.state == GenActive || g.state == GenCanary:
 		sl.state = WorkerExited
 		sl.log().Info("worker exited", zap.String("status", status))
 	default:

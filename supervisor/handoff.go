@@ -57,12 +57,33 @@ func (s *Supervisor) finishHandoff(h *handoff, outcome Outcome, reason string) {
 	} else {
 		s.log.Error("handoff "+string(outcome), append(fields, zap.String("reason", reason))...)
 	}
+	h.answer()
+}
+
+// answer sends h's record to everyone waiting for it.
+func (h *handoff) answer() {
 	for _, r := range h.replies {
 		if r != nil {
-			r <- h.Handoff
+			r <- h.record()
 		}
 	}
 	h.replies = nil
+}
+
+// record returns a copy of h that shares nothing with it: the loop goes on
+// changing h (its drain time, a canary's verdict) while others read the
+// copy.
+func (h *handoff) record() Handoff {
+	hc := h.Handoff
+	if hc.DrainMs != nil {
+		d := *hc.DrainMs
+		hc.DrainMs = &d
+	}
+	if hc.Canary != nil {
+		c := *hc.Canary
+		hc.Canary = &c
+	}
+	return hc
 }
 
 // handleReload starts a reload now, or queues it behind the one running.
@@ -76,6 +97,16 @@ func (s *Supervisor) handleReload(ev reloadEvent) {
 		h := s.newHandoff(ev.trigger, 1)
 		h.replies = append(h.replies, ev.reply)
 		s.finishHandoff(h, OutcomeRefused, why.Error())
+		return
+	}
+	if ev.canary != 0 {
+		s.startCanaryReload(ev)
+		return
+	}
+	if busy := s.canaryBusy(); busy != "" {
+		h := s.newHandoff(ev.trigger, 1)
+		h.replies = append(h.replies, ev.reply)
+		s.finishHandoff(h, OutcomeRefused, busy)
 		return
 	}
 	st.pending = append(st.pending, ev)
@@ -116,7 +147,7 @@ func (s *Supervisor) runPending() {
 		s.finishHandoff(h, OutcomeRefused, fmt.Sprintf("controlSocket changes only at a restart: it is %s, the config says %s", st.cfg.ControlSocket, cfg.ControlSocket))
 		return
 	}
-	s.startGeneration(cfg, h)
+	s.startGeneration(cfg, h, nil)
 }
 
 // snapshot returns the status the loop's state describes.
@@ -131,6 +162,7 @@ func (s *Supervisor) snapshot() Status {
 		PendingReloads: len(st.pending),
 	}
 	out.Ready = st.active != nil && !st.stopping
+	out.Canary = s.canaryStatus(time.Now())
 	if st.active != nil {
 		out.ActiveGeneration = st.active.id
 		for _, sl := range st.active.slots {
@@ -232,11 +264,7 @@ func (s *Supervisor) snapshot() Status {
 		out.Generations = append(out.Generations, gs)
 	}
 	for _, h := range st.handoffs {
-		hc := h.Handoff
-		if hc.DrainMs != nil {
-			d := *hc.DrainMs
-			hc.DrainMs = &d
-		}
+		hc := h.record()
 		if hc.Outcome == OutcomePending {
 			// handoffs lists decided ones only (ok, failed, refused).
 			out.PendingHandoff = &hc

@@ -22,6 +22,7 @@ type loopState struct {
 	nextGen         uint64
 	active          *generation
 	starting        *generation
+	canary          *generation   // serving beside active, if any
 	handoffs        []*handoff    // the last HistoryLength
 	handoffSeq      int           // the last handoff's ID
 	pending         []reloadEvent // reloads asked for while one runs
@@ -49,7 +50,13 @@ type (
 	event       any
 	reloadEvent struct {
 		trigger string
+		canary  int          // a canary reload of this percent; 0: a reload
 		reply   chan Handoff // nil: nobody waits
+	}
+	// verdictEvent promotes or aborts the running canary.
+	verdictEvent struct {
+		promote bool
+		reply   chan Handoff
 	}
 	stopEvent struct{ now bool }
 	// upgradeEvent asks for a self-upgrade; upgradeDone reports it.
@@ -164,7 +171,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	h := s.newHandoff(trigger, 1)
 	h.From = from
-	if !s.startGeneration(cfg, h) {
+	if !s.startGeneration(cfg, h, nil) {
 		close(s.done)
 		return fmt.Errorf("%w: %s", ErrStartFailed, h.Reason)
 	}
@@ -217,6 +224,8 @@ func (s *Supervisor) handle(ev event) {
 	switch ev := ev.(type) {
 	case reloadEvent:
 		s.handleReload(ev)
+	case verdictEvent:
+		s.canaryVerdict(ev.promote, "operator", "by baton "+map[bool]string{true: "promote", false: "abort"}[ev.promote], ev.reply)
 	case stopEvent:
 		s.handleStop(ev.now)
 	case statusEvent:
@@ -262,6 +271,9 @@ func (s *Supervisor) nextDeadline() time.Time {
 	st := &s.state
 	consider(st.watchdogAt)
 	consider(st.ticketRotateAt)
+	if st.canary != nil {
+		consider(st.canary.canary.verdictAt)
+	}
 	if st.stopping {
 		consider(st.shutdownAt)
 		consider(st.stopAt)
@@ -274,7 +286,7 @@ func (s *Supervisor) nextDeadline() time.Time {
 			if g.live() {
 				consider(g.drainDeadline)
 			}
-		case GenActive:
+		case GenActive, GenCanary:
 			for _, sl := range g.slots {
 				switch sl.state {
 				case WorkerStarting:
@@ -295,6 +307,7 @@ func (s *Supervisor) nextDeadline() time.Time {
 // checkDeadlines acts on every deadline that has passed.
 func (s *Supervisor) checkDeadlines(now time.Time) {
 	st := &s.state
+	s.judgeCanary(now)
 	if !st.ticketRotateAt.IsZero() && !now.Before(st.ticketRotateAt) {
 		s.rotateTickets(now)
 	}
@@ -319,7 +332,7 @@ func (s *Supervisor) checkDeadlines(now time.Time) {
 			if g.live() && !g.drainDeadline.IsZero() && !now.Before(g.drainDeadline) {
 				s.killDraining(g)
 			}
-		case GenActive:
+		case GenActive, GenCanary:
 			for _, sl := range g.slots {
 				switch {
 				case sl.state == WorkerStarting && !now.Before(sl.readyDeadline):
@@ -359,6 +372,9 @@ func (s *Supervisor) handleStop(now bool) {
 	st := &s.state
 	if st.stopping || now {
 		if !st.stopping {
+			if st.canary != nil {
+				s.canaryVerdict(false, "stop", "the supervisor is stopping now", nil)
+			}
 			st.stopping = true
 			s.refusePending()
 		}
@@ -369,6 +385,9 @@ func (s *Supervisor) handleStop(now bool) {
 		}
 		s.killAll("immediate stop")
 		return
+	}
+	if st.canary != nil {
+		s.canaryVerdict(false, "stop", "the supervisor is stopping", nil)
 	}
 	st.stopping = true
 	s.stopWatch()
@@ -397,7 +416,7 @@ func (s *Supervisor) beginDrain() {
 	s.log.Info("stopping: draining every generation", zap.Duration("stopTimeout", st.cfg.StopTimeout))
 	for _, g := range st.gens {
 		switch g.state {
-		case GenActive:
+		case GenActive, GenCanary:
 			s.drain(g, "supervisor stopping", st.stopAt)
 		case GenDraining:
 			if g.drainDeadline.After(st.stopAt) {

@@ -17,9 +17,13 @@ const (
 	GenFailed
 	// GenExited: every worker has exited. Final.
 	GenExited
+	// GenCanary: serving a share of the new connections beside the active
+	// generation (canary.go). Next: GenActive (promoted), GenDraining
+	// (aborted).
+	GenCanary
 )
 
-var genStateNames = [...]string{"starting", "active", "draining", "failed", "exited"}
+var genStateNames = [...]string{"starting", "active", "draining", "failed", "exited", "canary"}
 
 func (s GenState) String() string {
 	if int(s) < len(genStateNames) {
@@ -89,6 +93,12 @@ const (
 	// OutcomeRefused: the config was invalid (or the supervisor stopping);
 	// nothing was started.
 	OutcomeRefused Outcome = "refused"
+	// OutcomeCanary: the new generation serves as a canary, beside the
+	// old one; a verdict makes it ok (promoted) or aborted.
+	OutcomeCanary Outcome = "canary"
+	// OutcomeAborted: the canary was aborted and drains; the old
+	// generation takes every new connection again.
+	OutcomeAborted Outcome = "aborted"
 )
 
 func unmarshalName(b []byte, names []string, v *int) error {

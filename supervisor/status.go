@@ -26,6 +26,8 @@ type Status struct {
 	Handoffs       []Handoff          `json:"handoffs"`
 	// PendingHandoff is the handoff running now, if any.
 	PendingHandoff *Handoff `json:"pendingHandoff,omitempty"`
+	// Canary is the canary running now, if any.
+	Canary *CanaryStatus `json:"canary,omitempty"`
 	// Backends is what the active generation's first worker last reported
 	// of its backends (endpoint counts, Kubernetes modes).
 	Backends []ipc.BackendStats `json:"backends,omitempty"`
@@ -134,6 +136,50 @@ type Handoff struct {
 	// DrainMs is how long the previous generation took to drain and exit;
 	// null until it has.
 	DrainMs *int64 `json:"drainMs"`
+	// Canary is set on a handoff started by `baton reload --canary`.
+	Canary *CanaryRecord `json:"canary,omitempty"`
+}
+
+// CanaryRecord is what a canary handoff adds to its record.
+type CanaryRecord struct {
+	// Percent is the canary's share of new connections.
+	Percent int `json:"percent"`
+	// Verdict is "promoted" or "aborted" once decided; By says who
+	// decided ("operator", "auto", "stop") and the handoff's Reason why.
+	Verdict   string    `json:"verdict,omitempty"`
+	By        string    `json:"by,omitempty"`
+	DecidedAt time.Time `json:"decidedAt,omitzero"`
+	// Requests and Failures are the canary's at the verdict;
+	// ActiveRequests and ActiveFailures the active generation's over the
+	// same time.
+	Requests       uint64 `json:"requests,omitempty"`
+	Failures       uint64 `json:"failures,omitempty"`
+	ActiveRequests uint64 `json:"activeRequests,omitempty"`
+	ActiveFailures uint64 `json:"activeFailures,omitempty"`
+}
+
+// CanaryStatus describes the running canary.
+type CanaryStatus struct {
+	Generation       uint64 `json:"generation"`
+	ActiveGeneration uint64 `json:"activeGeneration"`
+	// Percent is its share of new connections, steered exactly (BPF).
+	Percent int `json:"percent"`
+	// Handoff is the ID of the handoff that started it.
+	Handoff   int       `json:"handoff"`
+	StartedAt time.Time `json:"startedAt"`
+	// Requests and Failures (5xx answers and TCP streams no backend
+	// took) are the canary's; ActiveRequests and ActiveFailures the active
+	// generation's since the canary started serving.
+	Requests       uint64 `json:"requests"`
+	Failures       uint64 `json:"failures"`
+	ActiveRequests uint64 `json:"activeRequests"`
+	ActiveFailures uint64 `json:"activeFailures"`
+	// AutoVerdictInMs is the time left until the automatic verdict; null
+	// when an operator decides. MinRequests and MaxErrorRatio are the
+	// policy it follows.
+	AutoVerdictInMs *int64  `json:"autoVerdictInMs"`
+	MinRequests     uint64  `json:"minRequests,omitempty"`
+	MaxErrorRatio   float64 `json:"maxErrorRatio,omitempty"`
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }

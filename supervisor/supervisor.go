@@ -95,6 +95,9 @@ type Config struct {
 	// Warnings are logged when the config is loaded (an expired
 	// certificate): not reasons to refuse it.
 	Warnings []string
+	// Canary is the automatic verdict on a canary started from this
+	// config.
+	Canary CanaryPolicy
 }
 
 // ListenerSpec describes one listener.
@@ -242,15 +245,45 @@ func (s *Supervisor) send(ev event) bool {
 // failed or refused. Reloads asked for while one runs are coalesced into the
 // next one. trigger says who asked ("signal", "control").
 func (s *Supervisor) Reload(trigger string) Handoff {
+	return s.wait(trigger, reloadEvent{trigger: trigger})
+}
+
+// ReloadCanary starts a canary: a new generation, from the config and
+// binary on disk, that takes percent of the new connections beside the
+// active one. It waits until the canary serves (outcome canary), failed or
+// was refused.
+func (s *Supervisor) ReloadCanary(percent int) Handoff {
+	return s.wait("canary", reloadEvent{trigger: "canary", canary: percent})
+}
+
+// Promote makes the running canary the active generation; Abort drains
+// it. Each returns the canary's handoff, decided.
+func (s *Supervisor) Promote() Handoff { return s.wait("promote", verdictEvent{promote: true}) }
+
+// Abort drains the running canary; see Promote.
+func (s *Supervisor) Abort() Handoff { return s.wait("abort", verdictEvent{}) }
+
+// wait sends ev, which carries a reply channel it sets, and waits for the
+// handoff it answers.
+func (s *Supervisor) wait(trigger string, ev event) Handoff {
 	reply := make(chan Handoff, 1)
-	if !s.send(reloadEvent{trigger: trigger, reply: reply}) {
-		return Handoff{Trigger: trigger, Outcome: OutcomeRefused, Reason: ErrStopping.Error()}
+	switch e := ev.(type) {
+	case reloadEvent:
+		e.reply = reply
+		ev = e
+	case verdictEvent:
+		e.reply = reply
+		ev = e
+	}
+	refused := Handoff{Trigger: trigger, Outcome: OutcomeRefused, Reason: ErrStopping.Error()}
+	if !s.send(ev) {
+		return refused
 	}
 	select {
 	case h := <-reply:
 		return h
 	case <-s.done:
-		return Handoff{Trigger: trigger, Outcome: OutcomeRefused, Reason: ErrStopping.Error()}
+		return refused
 	}
 }
 

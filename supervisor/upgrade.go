@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -68,6 +69,9 @@ func (s *Supervisor) handleUpgrade(reply chan error) {
 		return
 	case st.upgrading || st.starting != nil || !st.ready:
 		answer(ErrUpgrading)
+		return
+	case st.canary != nil:
+		answer(errors.New(s.canaryBusy()))
 		return
 	case os.Getpid() == 1:
 		answer(ErrPID1)

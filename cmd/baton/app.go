@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/baton-proxy/baton/supervisor"
 	"github.com/urfave/cli/v2"
 )
 
@@ -20,6 +21,8 @@ func newApp() *cli.App {
 			runCommand(),
 			statusCommand(),
 			reloadCommand(),
+			verdictCommand(supervisor.CommandPromote),
+			verdictCommand(supervisor.CommandAbort),
 			upgradeCommand(),
 			stopCommand(),
 			checkCommand(),

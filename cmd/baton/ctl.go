@@ -31,13 +31,32 @@ func controlSocket(c *cli.Context) (string, error) {
 }
 
 func call(c *cli.Context, command string, timeout time.Duration) (*ipc.Response, error) {
+	return callRequest(c, ipc.Request{Command: command}, timeout)
+}
+
+func callRequest(c *cli.Context, req ipc.Request, timeout time.Duration) (*ipc.Response, error) {
 	path, err := controlSocket(c)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(c.Context, timeout)
 	defer cancel()
-	return ipc.Call(ctx, path, ipc.Request{Command: command})
+	return ipc.Call(ctx, path, req)
+}
+
+// handoffResult decodes a reply that carries a handoff; a refused or
+// failed command is an error with its reason.
+func handoffResult(resp *ipc.Response) (supervisor.Handoff, error) {
+	var h supervisor.Handoff
+	if len(resp.Result) > 0 {
+		if err := json.Unmarshal(resp.Result, &h); err != nil {
+			return h, err
+		}
+	}
+	if !resp.OK {
+		return h, errors.New(resp.Error)
+	}
+	return h, nil
 }
 
 func statusCommand() *cli.Command {
@@ -84,27 +103,69 @@ func reloadCommand() *cli.Command {
 		Usage: "start a new generation from the config and binary on disk, and wait for the handoff",
 		Description: `Exits 0 once the new generation is ready and the old one drains; exits 1
 with the reason when the config was refused or the new generation failed
-(the old one keeps serving).`,
+(the old one keeps serving).
+
+With --canary PERCENT the new generation starts beside the active one and
+takes about PERCENT of the new connections (exactly, where BPF steers the
+listeners); connections already open stay where they are. It exits 0 once
+the canary serves. baton promote or baton abort ends it, or the config's
+canary section does (canary.duration). A reload during a canary is refused.`,
 		Flags: []cli.Flag{
 			configFlag(), socketFlag(),
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "how long to wait for the handoff"},
+			&cli.IntFlag{Name: "canary", Usage: "start the new generation as a canary taking `PERCENT` (1-99) of new connections"},
 		},
 		Action: func(c *cli.Context) error {
-			resp, err := call(c, supervisor.CommandReload, c.Duration("timeout"))
+			pct := c.Int("canary")
+			if c.IsSet("canary") && (pct < 1 || pct > 99) {
+				return fmt.Errorf("reload: --canary %d: a canary takes 1 to 99 percent", pct)
+			}
+			resp, err := callRequest(c, ipc.Request{Command: supervisor.CommandReload, Canary: pct}, c.Duration("timeout"))
 			if err != nil {
 				return err
 			}
-			var h supervisor.Handoff
-			if len(resp.Result) > 0 {
-				if err := json.Unmarshal(resp.Result, &h); err != nil {
-					return err
-				}
+			h, err := handoffResult(resp)
+			if err != nil {
+				return err
 			}
-			if !resp.OK {
-				return errors.New(resp.Error)
+			if pct > 0 {
+				fmt.Printf("canary serving: generation %d takes %d%% of new connections beside generation %d (ready in %dms); baton promote or baton abort to end it\n",
+					h.To, pct, h.From, h.ReadyMs)
+				return nil
 			}
 			fmt.Printf("reload ok: generation %d -> %d, ready in %dms (spawn %dms); generation %d drains\n",
 				h.From, h.To, h.ReadyMs, h.SpawnMs, h.From)
+			return nil
+		},
+	}
+}
+
+func verdictCommand(name string) *cli.Command {
+	usage := map[string]string{
+		supervisor.CommandPromote: "make the running canary the active generation; the old one drains",
+		supervisor.CommandAbort:   "end the running canary: it drains, and the active generation takes every new connection again",
+	}[name]
+	return &cli.Command{
+		Name:  name,
+		Usage: usage,
+		Flags: []cli.Flag{
+			configFlag(), socketFlag(),
+			&cli.DurationFlag{Name: "timeout", Value: time.Minute, Usage: "how long to wait"},
+		},
+		Action: func(c *cli.Context) error {
+			resp, err := call(c, name, c.Duration("timeout"))
+			if err != nil {
+				return err
+			}
+			h, err := handoffResult(resp)
+			if err != nil {
+				return err
+			}
+			if name == supervisor.CommandPromote {
+				fmt.Printf("promoted: generation %d is active; generation %d drains\n", h.To, h.From)
+			} else {
+				fmt.Printf("aborted: canary generation %d drains; generation %d takes every new connection\n", h.To, h.From)
+			}
 			return nil
 		},
 	}

@@ -94,7 +94,7 @@ func statusMetrics(p *metrics.Page, st *supervisor.Status) {
 	p.Counter("baton_proxy_errors_total", "Requests answered with an error by baton itself (no route, no backend).", u(st.Totals.Errors))
 	p.Counter("baton_log_lines_dropped_total", "Log lines dropped, by the supervisor and every worker, because their destination did not keep up.", u(st.Totals.LogDropped))
 	p.Gauge("baton_connections", "Client connections open now, over every worker.", float64(st.Totals.Connections))
-	for _, o := range []supervisor.Outcome{supervisor.OutcomeOK, supervisor.OutcomeFailed, supervisor.OutcomeRefused} {
+	for _, o := range []supervisor.Outcome{supervisor.OutcomeOK, supervisor.OutcomeFailed, supervisor.OutcomeRefused, supervisor.OutcomeAborted} {
 		p.Counter("baton_handoffs_total", "Handoffs by outcome.", u(st.Totals.Handoffs[o]), "outcome", string(o))
 	}
 	if n := len(st.Handoffs); n > 0 {

@@ -20,6 +20,17 @@ func printStatus(out io.Writer, st *supervisor.Status, now time.Time) error {
 	}
 	fmt.Fprintf(w, "baton %s, pid %d, %s, up %s, active generation %d\n\n",
 		st.Version, st.PID, state, now.Sub(st.StartedAt).Round(time.Second), st.ActiveGeneration)
+	if c := st.Canary; c != nil {
+		fmt.Fprintf(w, "CANARY\tSHARE\tUP\tREQUESTS\tFAILED\tACTIVE REQUESTS\tACTIVE FAILED\tVERDICT\n")
+		verdict := "baton promote / baton abort"
+		if c.AutoVerdictInMs != nil {
+			verdict = fmt.Sprintf("auto in %s (after %d requests, abort above %g× the active's failure rate)",
+				(time.Duration(*c.AutoVerdictInMs) * time.Millisecond).Round(time.Second), c.MinRequests, c.MaxErrorRatio)
+		}
+		fmt.Fprintf(w, "%d beside %d\t%d%%\t%s\t%d\t%d (%s)\t%d\t%d (%s)\t%s\n\n", c.Generation, c.ActiveGeneration, c.Percent,
+			now.Sub(c.StartedAt).Round(time.Second), c.Requests, c.Failures, percentOf(c.Failures, c.Requests),
+			c.ActiveRequests, c.ActiveFailures, percentOf(c.ActiveFailures, c.ActiveRequests), verdict)
+	}
 
 	fmt.Fprintln(w, "LISTENER\tADDRESS\tPROTOCOL\tSOCKETS\tREUSEPORT\tACCEPT QUEUE")
 	for _, l := range st.Listeners {
@@ -85,4 +96,12 @@ func printStatus(out io.Writer, st *supervisor.Status, now time.Time) error {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%s\t%dms\t%dms\t%s\t%s\n", h.ID, h.StartedAt.Local().Format("15:04:05"), h.Trigger, h.From, h.To, h.Outcome, h.SpawnMs, h.ReadyMs, drain, h.Reason)
 	}
 	return w.Flush()
+}
+
+// percentOf formats n of total as a percent.
+func percentOf(n, total uint64) string {
+	if total == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(100*float64(n)/float64(total), 'f', 2, 64) + "%"
 }

@@ -153,7 +153,12 @@ func loadSupervisorConfig(path string) (*supervisor.Config, error) {
 		WorkerCredential: cred,
 		Warnings:         cfg.Warnings,
 		AccessLogPath:    accessLogFile(cfg.AccessLog.Path),
-		Payload:          payload,
+		Canary: supervisor.CanaryPolicy{
+			Duration:      cfg.Canary.Duration.Std(),
+			MinRequests:   cfg.Canary.MinRequests,
+			MaxErrorRatio: cfg.Canary.MaxErrorRatio,
+		},
+		Payload: payload,
 	}
 	if cfg.Watch {
 		for _, f := range append([]string{path}, cfg.Files()...) {

@@ -112,10 +112,30 @@ type Config struct {
 	// Watch makes the supervisor watch the config file and every file it
 	// names (Files), and reload when one changes content.
 	Watch bool `json:"watch,omitempty"`
+	// Canary is the automatic verdict on a canary (`baton reload
+	// --canary`); without duration, only an operator decides.
+	Canary Canary `json:"canary"`
 
 	// Warnings are what loading the config found wrong but not fatal (an
 	// expired certificate); not part of the file.
 	Warnings []string `json:"-"`
+}
+
+// Canary configures the automatic verdict on a canary generation. The
+// supervisor compares the canary's failure rate (5xx answers, the proxy's
+// own included, and TCP streams no backend took) with the active
+// generation's over the same time.
+type Canary struct {
+	// Duration: promote the canary this long after it started serving
+	// if it is healthy. Zero: no automatic verdict.
+	Duration Duration `json:"duration,omitempty"`
+	// MinRequests is how many requests the canary must have served
+	// before it is judged (default 100). A canary still short of them at
+	// Duration is aborted: a version nobody tried is not promoted.
+	MinRequests uint64 `json:"minRequests,omitempty"`
+	// MaxErrorRatio: abort when the canary's failure rate exceeds this
+	// many times the active's, and 1% (default 2).
+	MaxErrorRatio float64 `json:"maxErrorRatio,omitempty"`
 }
 
 // AccessLog configures the access log: one line per request (and per TCP
@@ -371,6 +391,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxDraining == 0 {
 		c.MaxDraining = DefaultMaxDraining
+	}
+	if c.Canary.MinRequests == 0 {
+		c.Canary.MinRequests = 100
+	}
+	if c.Canary.MaxErrorRatio == 0 {
+		c.Canary.MaxErrorRatio = 2
 	}
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers

@@ -73,6 +73,8 @@ func TestRejects(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"unknown key", minimal + "workerz: 2\n", "workerz"},
+		{"canary duration too short", minimal + "canary:\n  duration: 10ms\n", "canary.duration must be at least 1s"},
+		{"canary ratio below 1", minimal + "canary:\n  duration: 5m\n  maxErrorRatio: 0.5\n", "canary.maxErrorRatio must be at least 1"},
 		{"bad duration", minimal + "drainTimeout: 30\n", "duration must be a string"},
 		{"negative duration", minimal + "readyTimeout: -1s\n", "negative"},
 		{"no listeners", "backends: []\n", "no listeners"},

@@ -38,6 +38,12 @@ func (c *Config) validate(offline bool) error {
 			bad("%s must be at least 1ms, not %s", name, d)
 		}
 	}
+	if c.Canary.Duration < 0 || (c.Canary.Duration > 0 && c.Canary.Duration.Std() < time.Second) {
+		bad("canary.duration must be at least 1s, not %s", c.Canary.Duration)
+	}
+	if r := c.Canary.MaxErrorRatio; r < 0 || (r > 0 && r < 1) {
+		bad("canary.maxErrorRatio must be at least 1 (a canary failing no more than the active generation), not %g", r)
+	}
 	if c.WorkerTimeout.Std() < 2*time.Second {
 		// Workers report every second: less would kill healthy ones.
 		bad("workerTimeout must be at least 2s (workers report every second), not %s", c.WorkerTimeout)

@@ -24,6 +24,8 @@ type Server struct {
 	TCPAddr  string
 	// Requests counts the HTTP requests served.
 	Requests atomic.Uint64
+	// Fail, when set, makes every HTTP request answered 500.
+	Fail atomic.Bool
 
 	http  *http.Server
 	hln   net.Listener
@@ -67,6 +69,10 @@ var okBody = []byte("ok\n")
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.Requests.Add(1)
 	w.Header().Set("X-Backend", s.Name)
+	if s.Fail.Load() {
+		http.Error(w, "failing on purpose", http.StatusInternalServerError)
+		return
+	}
 	if r.Method == http.MethodPost || r.Method == http.MethodPut {
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
