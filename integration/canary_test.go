@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"net/http"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/integration/internal/backend"
+	"github.com/baton-proxy/baton/integration/internal/harness"
 	"github.com/baton-proxy/baton/supervisor"
 )
 
@@ -267,5 +270,71 @@ func TestCanaryRefused(t *testing.T) {
 	}
 	if h := st.Handoffs[len(st.Handoffs)-1]; h.Outcome != supervisor.OutcomeRefused {
 		t.Errorf("last handoff %s, want refused", h.Outcome)
+	}
+}
+
+// TestCanarySlots: where BPF cannot steer (here turned off), a canary takes
+// whole sockets of each group: k of its N, so its share is k/N, and status
+// says so. The active generation's workers stop accepting on those
+// sockets meanwhile; promote and abort under load drop nothing.
+func TestCanarySlots(t *testing.T) {
+	a, c := startNamedBackend(t, "a"), startNamedBackend(t, "c")
+	cfg := func(be *backend.Server) string {
+		return options{workers: 2, sockets: 4, reusePort: true, tcp: true}.configYAML(be)
+	}
+	b := harness.StartWith(t, batonBin, cfg(a), func(cmd *exec.Cmd) {
+		cmd.Env = append(os.Environ(), "BATON_STEERING=off")
+	})
+	addr := b.Address("web")
+	for _, l := range b.Status().Listeners {
+		if !strings.Contains(l.Steering, "BATON_STEERING=off") {
+			t.Fatalf("listener %s steering %q, want the kernel's hash and why", l.Name, l.Steering)
+		}
+	}
+	for _, tc := range []struct{ ask, share int }{{50, 50}, {10, 25}} {
+		b.WriteConfig(cfg(c))
+		if out, err := b.Ctl("reload", "--canary", strconv.Itoa(tc.ask)); err != nil {
+			t.Fatalf("reload --canary %d: %v: %s", tc.ask, err, out)
+		}
+		st := b.Status()
+		if st.Canary == nil || st.Canary.Share != float64(tc.share) || !strings.HasPrefix(st.Canary.Steering, "slots") {
+			t.Fatalf("canary asked %d%%: status %+v, want a share of %d%% by slots", tc.ask, st.Canary, tc.share)
+		}
+		const conns = 4000
+		got, _ := newConnGets(t, addr, conns)
+		share := 100 * float64(got["c"]) / conns
+		t.Logf("canary asked %d%%, %d%% by slots: %.1f%% of %d new connections (%v)", tc.ask, tc.share, share, conns, got)
+		if share < float64(tc.share)-3 || share > float64(tc.share)+3 {
+			t.Errorf("canary took %.1f%% of new connections, want %d±3", share, tc.share)
+		}
+		if out, err := b.Ctl("abort"); err != nil {
+			t.Fatalf("abort: %v: %s", err, out)
+		}
+		if got, _ := newConnGets(t, addr, 300); got["a"] != 300 {
+			t.Errorf("after abort, new connections went to %v, want all to a", got)
+		}
+	}
+	l := startLoad(t, b)
+	l.wait(t, 5000)
+	for i, verdict := range []string{"abort", "promote"} {
+		b.WriteConfig(cfg(map[bool]*backend.Server{true: c, false: a}[i == 0]))
+		if out, err := b.Ctl("reload", "--canary", "50"); err != nil {
+			t.Fatalf("reload --canary: %v: %s", err, out)
+		}
+		l.wait(t, 20000)
+		if out, err := b.Ctl(verdict); err != nil {
+			t.Fatalf("%s: %v: %s", verdict, err, out)
+		}
+		l.wait(t, 20000)
+	}
+	checkNoFailures(t, l.stop(), 5000)
+	waitDrained(t, b, 30*time.Second)
+	if n := listeningSockets(t, addr); n != 4 {
+		t.Errorf("%d sockets listen on %s, want 4 (slots open none)", n, addr)
+	}
+	// Without steering a group cannot change size: refused, with why.
+	b.WriteConfig(options{workers: 2, sockets: 2, reusePort: true, tcp: true}.configYAML(c))
+	if h := b.SIGHUP(); h.Outcome != supervisor.OutcomeRefused || !strings.Contains(h.Reason, "BATON_STEERING=off") {
+		t.Errorf("resize without steering: %s: %s", h.Outcome, h.Reason)
 	}
 }

@@ -77,6 +77,7 @@ const (
 	TypeTickets  Type = 8
 	TypeLogFile  Type = 9
 	TypeWaiting  Type = 10
+	TypeAccept   Type = 11
 	TypeRequest  Type = 16
 	TypeResponse Type = 17
 )
@@ -92,6 +93,7 @@ var typeNames = map[Type]string{
 	TypeTickets:  "tickets",
 	TypeLogFile:  "logfile",
 	TypeWaiting:  "waiting",
+	TypeAccept:   "accept",
 	TypeRequest:  "request",
 	TypeResponse: "response",
 }

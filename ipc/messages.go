@@ -34,6 +34,10 @@ type Hello struct {
 	// supervisor dies while the worker serves, the worker keeps serving
 	// and waits to be adopted (see Orphans). Nil: drain at once.
 	Orphans *Orphans `json:"orphans,omitempty"`
+	// Paused names, per listener, the sockets (indexes as in its Sockets)
+	// the worker must not accept on until an Accept message says
+	// otherwise: a canary's share where BPF cannot steer.
+	Paused map[string][]int `json:"paused,omitempty"`
 	// CanaryOf, when set, says the worker's generation started as a canary
 	// beside that one. A supervisor adopting orphans of both aborts the
 	// canary: promoting it would have drained the other.
@@ -98,6 +102,15 @@ func (h *Hello) Files() int {
 		n++
 	}
 	return n
+}
+
+// Accept tells a worker which of its sockets to stop accepting on: per
+// listener, the indexes (as in its Sockets); every socket not named is
+// accepted on. Connections wait meanwhile in the socket's queue, for the
+// other generation's workers to accept. Only sent to workers whose hello
+// had Paused or to every worker of a generation beside a canary.
+type Accept struct {
+	Paused map[string][]int `json:"paused"`
 }
 
 // LogFile comes with one descriptor: the access log file, reopened (after

@@ -30,6 +30,9 @@ type Worker struct {
 	orphanLn  *net.UnixListener
 	tickets   [][]byte
 	onTickets func([][]byte)
+	pausedMu  sync.Mutex // serializes the deliveries of paused
+	paused    map[string][]int
+	onPaused  func(map[string][]int)
 	accessLog *os.File
 	onLogFile func(*os.File)
 	closing   chan struct{} // closed by Close
@@ -102,6 +105,7 @@ func handshake(c *Conn) (*Worker, error) {
 		return nil, err
 	}
 	w.tickets = w.hello.TicketKeys
+	w.paused = w.hello.Paused
 	if got, want := len(files), w.hello.Files(); got != want {
 		return nil, fmt.Errorf("%w: hello announces %d descriptors, %d came", ErrMalformed, want, got)
 	}
@@ -190,6 +194,12 @@ func (w *Worker) receive(c *Conn) error {
 				return err
 			}
 			w.setTickets(t.Keys)
+		case TypeAccept:
+			var a Accept
+			if err := fr.Unmarshal(&a); err != nil {
+				return err
+			}
+			w.setPaused(a.Paused)
 		default:
 			return fmt.Errorf("%w: %s from the supervisor", ErrUnexpected, fr.Type)
 		}
@@ -356,6 +366,26 @@ func (w *Worker) setTickets(keys [][]byte) {
 	w.mu.Unlock()
 	if fn != nil {
 		fn(keys)
+	}
+}
+
+// OnPaused calls fn with the sockets the worker must not accept on now
+// (per listener, indexes as in its Sockets), then with each new set the
+// supervisor sends (from the receiving goroutine: fn must not block).
+// Calls never overlap, and the last one has the latest set.
+func (w *Worker) OnPaused(fn func(map[string][]int)) {
+	w.pausedMu.Lock()
+	defer w.pausedMu.Unlock()
+	w.onPaused = fn
+	fn(w.paused)
+}
+
+func (w *Worker) setPaused(p map[string][]int) {
+	w.pausedMu.Lock()
+	defer w.pausedMu.Unlock()
+	w.paused = p
+	if w.onPaused != nil {
+		w.onPaused(p)
 	}
 }
 

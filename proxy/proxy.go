@@ -35,8 +35,13 @@ type Proxy struct {
 	tcps     []*tcpFrontend
 	draining atomic.Bool
 	stats    counters
-	fails    failLog
-	buffers  bufferPool
+	// gates are the listening sockets by listener and socket index, and
+	// paused the pause set they follow (SetPaused).
+	gatesMu sync.Mutex
+	gates   map[string]map[int]*gatedListener
+	paused  map[string][]int
+	fails   failLog
+	buffers bufferPool
 	// changed signals (capacity 1) that a backend's endpoints changed, so
 	// that the worker reports them at once.
 	changed chan struct{}
@@ -110,7 +115,13 @@ func New(cfg *config.Config, log *zap.Logger) *Proxy {
 func (p *Proxy) Serve(listeners []ipc.Listener) error {
 	got := make(map[string][]net.Listener)
 	for _, l := range listeners {
-		got[l.Name] = append(got[l.Name], l.Listeners...)
+		for i, ln := range l.Listeners {
+			idx := i
+			if i < len(l.Sockets) {
+				idx = l.Sockets[i]
+			}
+			got[l.Name] = append(got[l.Name], p.gate(l.Name, idx, ln))
+		}
 	}
 	for name := range got {
 		if p.listenerConfig(name) == nil {

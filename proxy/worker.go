@@ -60,6 +60,10 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 		}
 		defer stop()
 	}
+	// Pausing some sockets is how a canary takes its share where BPF
+	// cannot steer: the set is applied before any socket is accepted on,
+	// and then as it changes.
+	w.OnPaused(p.SetPaused)
 	if err := p.Serve(w.Listeners()); err != nil {
 		w.Fail(err.Error())
 		return err

@@ -2,8 +2,11 @@ package supervisor
 
 import (
 	"fmt"
+	"math"
+	"strings"
 	"time"
 
+	"github.com/baton-proxy/baton/ipc"
 	"go.uber.org/zap"
 )
 
@@ -49,6 +52,68 @@ type canaryRun struct {
 	// activeBase is what the active generation had served when the
 	// canary started serving: it is judged against what follows.
 	activeBase counts
+	// Where BPF cannot steer a listener, the canary takes some of its
+	// group's sockets (slots): activePaused are those, which the active
+	// generation stops accepting on while the canary runs; slots says so
+	// for status, and share is the canary's share of new connections.
+	activePaused map[string][]int
+	slots        []string
+	share        float64
+}
+
+// planSlots splits the group of each listener the canary shares with the
+// active generation (no BPF): of its N sockets the canary accepts on the
+// last k (percent of N, rounded, at least 1 and at most N-1), the active
+// generation on the others. The share is k/N, whatever was asked.
+func (c *canaryRun) planSlots(g *generation) {
+	c.share = float64(c.percent)
+	for _, pl := range g.plan.listeners {
+		if !pl.slots {
+			continue
+		}
+		n := len(pl.sockets)
+		k := min(max(int(math.Round(float64(c.percent)*float64(n)/100)), 1), n-1)
+		if g.paused == nil {
+			g.paused = make(map[string][]int)
+			c.activePaused = make(map[string][]int)
+		}
+		for i := range n {
+			if i < n-k {
+				g.paused[pl.spec.Name] = append(g.paused[pl.spec.Name], i)
+			} else {
+				c.activePaused[pl.spec.Name] = append(c.activePaused[pl.spec.Name], i)
+			}
+		}
+		if len(c.slots) == 0 {
+			c.share = 100 * float64(k) / float64(n)
+		}
+		c.slots = append(c.slots, fmt.Sprintf("%s: %d of %d sockets (%.0f%%)", pl.spec.Name, k, n, 100*float64(k)/float64(n)))
+	}
+}
+
+// steering says how the canary gets its share, for status.
+func (c *canaryRun) steering() string {
+	if len(c.slots) == 0 {
+		return "bpf"
+	}
+	return "slots (no BPF): " + strings.Join(c.slots, ", ")
+}
+
+// sendPaused tells g's workers which sockets not to accept on (g.paused).
+func (s *Supervisor) sendPaused(g *generation) {
+	msg := ipc.Accept{Paused: g.paused}
+	if msg.Paused == nil {
+		msg.Paused = map[string][]int{}
+	}
+	for _, sl := range g.slots {
+		if sl.proc == nil {
+			continue
+		}
+		if err := sl.proc.conn.Send(ipc.TypeAccept, msg); err != nil {
+			sl.log().Warn("sending the paused sockets failed; killing worker", zap.Error(err))
+			sl.proc.kill()
+		}
+	}
 }
 
 // counts are a generation's requests and failures (ipc.Stats).
@@ -127,6 +192,10 @@ func (s *Supervisor) startCanary(g *generation) {
 	}
 	c.activeBase = st.active.counts()
 	st.sockets.steer(st.active.plan, g.plan, c.percent*10)
+	if c.activePaused != nil {
+		st.active.paused = c.activePaused
+		s.sendPaused(st.active)
+	}
 	h := g.handoff
 	h.ReadyMs = ms(now.Sub(h.StartedAt))
 	for _, sl := range g.slots {
@@ -134,7 +203,7 @@ func (s *Supervisor) startCanary(g *generation) {
 	}
 	h.Outcome = OutcomeCanary
 	h.DurationMs = ms(now.Sub(h.StartedAt))
-	g.log.Info("canary serving", zap.Int("percent", c.percent), zap.Uint64("beside", c.of), zap.Int64("readyMs", h.ReadyMs), zap.Duration("autoVerdictIn", c.policy.Duration))
+	g.log.Info("canary serving", zap.Int("percent", c.percent), zap.Float64("share", c.share), zap.String("steering", c.steering()), zap.Uint64("beside", c.of), zap.Int64("readyMs", h.ReadyMs), zap.Duration("autoVerdictIn", c.policy.Duration))
 	h.answer()
 }
 
@@ -171,12 +240,20 @@ func (s *Supervisor) canaryVerdict(promote bool, by, reason string, reply chan H
 		st.cfg = g.cfg
 		st.sockets.commit(g.plan)
 		st.sockets.steer(g.plan, nil, 0)
+		if g.paused != nil {
+			g.paused = nil
+			s.sendPaused(g)
+		}
 		old.drainedBy = h
 		s.drain(old, fmt.Sprintf("canary generation %d promoted (%s): %s", g.id, by, reason), time.Now().Add(g.cfg.DrainTimeout))
 		s.finishHandoff(h, OutcomeOK, reason)
 	} else {
 		h.Canary.Verdict = "aborted"
 		st.sockets.steer(old.plan, nil, 0)
+		if old.paused != nil {
+			old.paused = nil
+			s.sendPaused(old)
+		}
 		g.drainedBy = h
 		s.drain(g, fmt.Sprintf("canary aborted (%s): %s", by, reason), time.Now().Add(g.cfg.DrainTimeout))
 		s.finishHandoff(h, OutcomeAborted, reason)
@@ -229,6 +306,8 @@ func (s *Supervisor) canaryStatus(now time.Time) *CanaryStatus {
 		Generation:       g.id,
 		ActiveGeneration: st.active.id,
 		Percent:          c.percent,
+		Share:            c.share,
+		Steering:         c.steering(),
 		Handoff:          g.handoff.ID,
 		StartedAt:        c.startedAt,
 		Requests:         cc.requests,

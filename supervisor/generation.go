@@ -32,8 +32,11 @@ type generation struct {
 	drainedBy     *handoff   // the handoff that made it drain, if any
 	canary        *canaryRun // set when it started as a canary
 	exited        counts     // what its exited workers served
-	slots         []*slot
-	log           *zap.Logger
+	// paused names, per listener, the sockets its workers do not accept
+	// on (a canary's share without BPF); nil: none.
+	paused map[string][]int
+	slots  []*slot
+	log    *zap.Logger
 }
 
 // slot is one worker place in a generation; in the active generation a dead
@@ -128,6 +131,9 @@ func (s *Supervisor) startGeneration(cfg *Config, h *handoff, canary *canaryRun)
 		canary:    canary,
 	}
 	g.log = s.log.With(zap.Uint64("generation", g.id))
+	if canary != nil {
+		canary.planSlots(g)
+	}
 	h.To = g.id
 	st.starting = g
 	st.gens = append(st.gens, g)
@@ -206,6 +212,7 @@ func (s *Supervisor) helloFor(sl *slot) (ipc.Hello, []*os.File) {
 	if g.canary != nil {
 		hello.CanaryOf = g.canary.of
 	}
+	hello.Paused = g.paused
 	var files []*os.File
 	for _, pl := range g.plan.listeners {
 		idx := socketsForSlot(sl.index, len(g.slots), len(pl.sockets))

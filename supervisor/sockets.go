@@ -84,6 +84,10 @@ type plannedListener struct {
 	spec    ListenerSpec
 	group   *group
 	sockets []*socket // the group's sockets this generation accepts on
+	// slots: a canary sharing the group's current sockets, where BPF
+	// cannot steer; it takes its share by accepting on some of them only
+	// (canary.go).
+	slots bool
 }
 
 func newSocketTable() *socketTable {
@@ -176,8 +180,15 @@ func (t *socketTable) acquire(specs []ListenerSpec, workers int, own bool) (*pla
 			p.listeners = append(p.listeners, plannedListener{spec: spec, group: g, sockets: g.current})
 			continue
 		}
+		if g.steer == nil && own && !resize && g.reusePort && g.network != "unix" && len(g.current) >= 2 {
+			p.listeners = append(p.listeners, plannedListener{spec: spec, group: g, sockets: g.current, slots: true})
+			continue
+		}
 		if g.steer == nil {
 			undo()
+			if own && len(g.current) < 2 && g.reusePort && g.network != "unix" && !resize {
+				return nil, fmt.Errorf("listener %s: a canary needs sockets of its own on %s (%s), or at least 2 sockets in its group to take some of (it has %d)", spec.Name, spec.Address, g.steerReason(), len(g.current))
+			}
 			if own {
 				return nil, fmt.Errorf("listener %s: a canary needs sockets of its own on %s, which needs %s", spec.Name, spec.Address, g.steerReason())
 			}

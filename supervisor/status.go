@@ -162,8 +162,12 @@ type CanaryRecord struct {
 type CanaryStatus struct {
 	Generation       uint64 `json:"generation"`
 	ActiveGeneration uint64 `json:"activeGeneration"`
-	// Percent is its share of new connections, steered exactly (BPF).
-	Percent int `json:"percent"`
+	// Percent is the share of new connections asked for; Share the one
+	// it gets: the same where BPF steers, k/N of a group's sockets where
+	// it cannot (Steering says which).
+	Percent  int     `json:"percent"`
+	Share    float64 `json:"share"`
+	Steering string  `json:"steering"`
 	// Handoff is the ID of the handoff that started it.
 	Handoff   int       `json:"handoff"`
 	StartedAt time.Time `json:"startedAt"`

@@ -21,13 +21,13 @@ func printStatus(out io.Writer, st *supervisor.Status, now time.Time) error {
 	fmt.Fprintf(w, "baton %s, pid %d, %s, up %s, active generation %d\n\n",
 		st.Version, st.PID, state, now.Sub(st.StartedAt).Round(time.Second), st.ActiveGeneration)
 	if c := st.Canary; c != nil {
-		fmt.Fprintf(w, "CANARY\tSHARE\tUP\tREQUESTS\tFAILED\tACTIVE REQUESTS\tACTIVE FAILED\tVERDICT\n")
+		fmt.Fprintf(w, "CANARY\tSHARE\tSTEERING\tUP\tREQUESTS\tFAILED\tACTIVE REQUESTS\tACTIVE FAILED\tVERDICT\n")
 		verdict := "baton promote / baton abort"
 		if c.AutoVerdictInMs != nil {
 			verdict = fmt.Sprintf("auto in %s (after %d requests, abort above %g× the active's failure rate)",
 				(time.Duration(*c.AutoVerdictInMs) * time.Millisecond).Round(time.Second), c.MinRequests, c.MaxErrorRatio)
 		}
-		fmt.Fprintf(w, "%d beside %d\t%d%%\t%s\t%d\t%d (%s)\t%d\t%d (%s)\t%s\n\n", c.Generation, c.ActiveGeneration, c.Percent,
+		fmt.Fprintf(w, "%d beside %d\t%.0f%%\t%s\t%s\t%d\t%d (%s)\t%d\t%d (%s)\t%s\n\n", c.Generation, c.ActiveGeneration, c.Share, c.Steering,
 			now.Sub(c.StartedAt).Round(time.Second), c.Requests, c.Failures, percentOf(c.Failures, c.Requests),
 			c.ActiveRequests, c.ActiveFailures, percentOf(c.ActiveFailures, c.ActiveRequests), verdict)
 	}

@@ -80,7 +80,7 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func
 		LogDropped:       logDropped,
 		Version:          version,
 		Upgrader:         upg,
-		Steer:            steer.New,
+		Steer:            newSteer,
 	})
 	if err != nil {
 		return err
@@ -220,4 +220,14 @@ func accessLogFile(path string) string {
 		return ""
 	}
 	return path
+}
+
+// newSteer loads a BPF steering program for a reuseport group, unless
+// BATON_STEERING=off: then groups keep the kernel's hash, canaries take
+// whole sockets (slots) and resizing is refused, as where BPF cannot load.
+func newSteer() (*steer.Group, error) {
+	if os.Getenv("BATON_STEERING") == "off" {
+		return nil, errors.New("turned off (BATON_STEERING=off)")
+	}
+	return steer.New()
 }
