@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -131,5 +132,38 @@ func TestAccessLog(t *testing.T) {
 			t.Fatalf("no combined-format line for the request; the log has:\n%s", strings.Join(readLines(logPath), "\n"))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAccessLogTCP: a tcp listener's stream gets one line when it ends,
+// with the bytes each way, the backend and endpoint, and no method or path
+// (nginx's stream access_log says as much).
+func TestAccessLogTCP(t *testing.T) {
+	be := startBackend(t)
+	logPath := filepath.Join(t.TempDir(), "access.log")
+	b := startBaton(t, options{tcp: true}.configYAML(be)+fmt.Sprintf("accessLog:\n  path: %q\n", logPath))
+	c, err := net.Dial("tcp", b.Address("echo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := strings.Repeat("e", 100)
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	waitFor(t, 10*time.Second, "the stream's access log line", func() bool { return len(readLines(logPath)) >= 1 })
+	line := readLines(logPath)[0]
+	var e map[string]any
+	if err := json.Unmarshal([]byte(line), &e); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, line)
+	}
+	if e["protocol"] != "TCP" || e["listener"] != "echo" || e["status"] != float64(200) || e["bytesIn"] != float64(100) || e["bytesOut"] != float64(100) ||
+		e["backend"] != "echo" || e["endpoint"] != be.TCPAddr || e["client"] != "127.0.0.1" || e["method"] != nil || e["upstreamTime"] == nil {
+		t.Errorf("stream line: %s", line)
 	}
 }

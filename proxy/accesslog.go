@@ -48,6 +48,10 @@ func newAccessLog(format string, out *os.File) *accessLog {
 	return l
 }
 
+// protoTCP is the protocol of a tcp listener's stream in the access log:
+// such a line has no method, host or path.
+const protoTCP = "TCP"
+
 // accessEntry is what a line says of one request. Its byte slices are the
 // caller's, valid during log.
 type accessEntry struct {
@@ -172,12 +176,14 @@ func (e *accessEntry) appendJSON(b []byte) []byte {
 	b = appendJSONString(b, []byte(e.listener))
 	b = append(b, `,"client":`...)
 	b = appendJSONString(b, e.client)
-	b = append(b, `,"method":`...)
-	b = appendJSONString(b, e.method)
-	b = append(b, `,"host":`...)
-	b = appendJSONString(b, e.host)
-	b = append(b, `,"path":`...)
-	b = appendJSONString(b, e.target)
+	if e.proto != protoTCP {
+		b = append(b, `,"method":`...)
+		b = appendJSONString(b, e.method)
+		b = append(b, `,"host":`...)
+		b = appendJSONString(b, e.host)
+		b = append(b, `,"path":`...)
+		b = appendJSONString(b, e.target)
+	}
 	b = append(b, `,"protocol":"`...)
 	b = append(b, e.proto...)
 	b = append(b, `","status":`...)
@@ -218,10 +224,12 @@ func (e *accessEntry) appendCombined(b []byte) []byte {
 	b = append(b, " - - ["...)
 	b = e.start.AppendFormat(b, "02/Jan/2006:15:04:05 -0700")
 	b = append(b, `] "`...)
-	b = appendQuoted(b, e.method)
-	b = append(b, ' ')
-	b = appendQuoted(b, e.target)
-	b = append(b, ' ')
+	if e.proto != protoTCP {
+		b = appendQuoted(b, e.method)
+		b = append(b, ' ')
+		b = appendQuoted(b, e.target)
+		b = append(b, ' ')
+	}
 	b = append(b, e.proto...)
 	b = append(b, `" `...)
 	b = strconv.AppendInt(b, int64(e.status), 10)

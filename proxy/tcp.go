@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -53,15 +54,33 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 		f.mu.Unlock()
 		f.p.stats.conns.Add(-1)
 	}()
+	// The access log's line for the stream, written when it ends: status
+	// 200 for a stream proxied, 502 when no endpoint took it, 400 when the
+	// client's PROXY header or TLS handshake failed (as nginx's stream
+	// module logs them).
+	var e *accessEntry
+	if al := f.p.access; al != nil {
+		e = &accessEntry{start: time.Now(), listener: f.name, proto: protoTCP, status: 400, upstream: -1, generation: f.p.Generation}
+		if ta, ok := raw.RemoteAddr().(*net.TCPAddr); ok {
+			e.client = ta.AddrPort().Addr().Unmap().AppendTo(nil)
+		}
+		defer func() {
+			e.bodyOut = e.bytesOut
+			al.log(e)
+		}()
+	}
 	c := raw
 	if f.proxyProtocol {
 		raw.SetReadDeadline(time.Now().Add(f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
-		// The stream has no use for the client's address yet (no access
-		// log for tcp listeners): the header is checked and consumed, and
-		// the raw socket kept for splice.
-		if _, err := proxyproto.Read(raw); err != nil {
+		// The header is checked and consumed, its source address kept for
+		// the access log, and the raw socket kept for splice.
+		h, err := proxyproto.Read(raw)
+		if err != nil {
 			f.p.badProxyHeader(f.name, raw, err)
 			return
+		}
+		if e != nil && !h.Local {
+			e.client = h.Source.Addr().Unmap().AppendTo(e.client[:0])
 		}
 		raw.SetReadDeadline(time.Time{})
 	}
@@ -79,10 +98,18 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 			return
 		}
 		c = tc
+		if e != nil {
+			st := tc.ConnectionState()
+			e.tlsVersion, e.sni = tlsVersionName(st.Version), st.ServerName
+		}
 	}
 	f.p.stats.requests.Add(1)
 	f.backend.requests.Add(1)
-	up, _, err := f.backend.dialStream(context.Background())
+	dialStart := time.Now()
+	up, ep, err := f.backend.dialStream(context.Background())
+	if e != nil {
+		e.backend, e.upstream, e.status = f.backend.name, time.Since(dialStart), http.StatusBadGateway
+	}
 	if err != nil {
 		f.p.stats.errors.Add(1)
 		f.p.stats.failures.Add(1)
@@ -91,6 +118,9 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 		return
 	}
 	defer up.Close()
+	if e != nil {
+		e.endpoint, e.status = ep.addr, http.StatusOK
+	}
 	f.mu.Lock()
 	closing := f.closing
 	f.conns[raw] = up
@@ -98,7 +128,10 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 	if closing {
 		return
 	}
-	join(c, c, up, up)
+	in, out := join(c, c, up, up)
+	if e != nil {
+		e.bytesIn, e.bytesOut = in, out
+	}
 }
 
 func (f *tcpFrontend) stopAccepting() { f.acc.stop() }

@@ -22,16 +22,17 @@ func tunnel(client net.Conn, cr *h1.Reader, up net.Conn, ur *h1.Reader) {
 
 // join copies a's input (read from ar) to b and b's (from br) to a,
 // passing each half-close along, until both directions have ended.
-func join(a net.Conn, ar io.Reader, b net.Conn, br io.Reader) {
+func join(a net.Conn, ar io.Reader, b net.Conn, br io.Reader) (aToB, bToA int64) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		io.Copy(b, ar)
+		aToB, _ = io.Copy(b, ar)
 		closeWrite(b)
 	}()
-	io.Copy(a, br)
+	bToA, _ = io.Copy(a, br)
 	closeWrite(a)
 	<-done
+	return aToB, bToA
 }
 
 func closeWrite(c net.Conn) {
