@@ -338,3 +338,51 @@ func TestCanarySlots(t *testing.T) {
 		t.Errorf("resize without steering: %s: %s", h.Outcome, h.Reason)
 	}
 }
+
+// TestSupervisorDeathDuringCanary: the supervisor dies (SIGKILL) while a
+// canary runs. Both generations serve on, the steering program still
+// splitting new connections; the next `baton run` adopts them, keeps the
+// active generation and aborts the canary (it was never promoted), and
+// every new connection goes to the active generation again.
+func TestSupervisorDeathDuringCanary(t *testing.T) {
+	a, c := startNamedBackend(t, "a"), startNamedBackend(t, "c")
+	cfg := func(be *backend.Server) string {
+		return options{workers: 2, reusePort: true, tcp: true, extra: "orphanTimeout: 1m\n"}.configYAML(be)
+	}
+	b := startBaton(t, cfg(a))
+	activeGen := b.Status().ActiveGeneration
+	b.WriteConfig(cfg(c))
+	if out, err := b.Ctl("reload", "--canary", "50"); err != nil {
+		t.Fatalf("reload --canary: %v: %s", err, out)
+	}
+	st := b.Status()
+	for _, g := range st.Generations {
+		killOnCleanup(t, g.Workers)
+	}
+	addr := b.Address("web")
+	if err := b.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-b.Exited
+	if got, _ := newConnGets(t, addr, 400); got["a"] == 0 || got["c"] == 0 {
+		t.Errorf("with the supervisor dead, new connections went to %v: want both generations still serving", got)
+	}
+	b.WriteConfig(cfg(a))
+	b2 := harness.Rerun(t, b)
+	st = b2.Status()
+	if st.ActiveGeneration != activeGen || st.Canary != nil {
+		t.Fatalf("after adoption: active generation %d (want %d), canary %+v", st.ActiveGeneration, activeGen, st.Canary)
+	}
+	if got, _ := newConnGets(t, addr, 400); got["a"] != 400 {
+		t.Errorf("after adoption, new connections went to %v, want all to a", got)
+	}
+	waitDrained(t, b2, 30*time.Second)
+	for _, g := range b2.Status().Generations {
+		if g.ID != activeGen && g.State != supervisor.GenExited {
+			t.Errorf("canary generation %d is %s after adoption, want drained and exited", g.ID, g.State)
+		}
+	}
+	if n := listeningSockets(t, addr); n != 2 {
+		t.Errorf("%d sockets listen on %s after the canary drained, want 2", n, addr)
+	}
+}
