@@ -97,6 +97,12 @@ func statusMetrics(p *metrics.Page, st *supervisor.Status) {
 	for _, o := range []supervisor.Outcome{supervisor.OutcomeOK, supervisor.OutcomeFailed, supervisor.OutcomeRefused, supervisor.OutcomeAborted} {
 		p.Counter("baton_handoffs_total", "Handoffs by outcome.", u(st.Totals.Handoffs[o]), "outcome", string(o))
 	}
+	var canaryShare, canaryGen float64
+	if c := st.Canary; c != nil {
+		canaryShare, canaryGen = c.Share, float64(c.Generation)
+	}
+	p.Gauge("baton_canary_generation", "The generation running as a canary beside the active one; 0: none.", canaryGen)
+	p.Gauge("baton_canary_share_percent", "The canary's share of new connections, in percent; 0: no canary.", canaryShare)
 	if n := len(st.Handoffs); n > 0 {
 		p.Gauge("baton_last_handoff_ready_seconds", "From the last handoff's request to its new generation being ready.", float64(st.Handoffs[n-1].ReadyMs)/1000)
 	}
