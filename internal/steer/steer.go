@@ -35,8 +35,10 @@ import (
 // steered in steps of 1/TableSize.
 const TableSize = 1000
 
-// MaxSockets bounds the sockets of one group (the sockarray's size).
-const MaxSockets = 256
+// MaxSockets bounds the sockets of one group (the sockarray's size): room
+// for two generations of the largest group (config.MaxSockets, 256) side
+// by side, and more.
+const MaxSockets = 1024
 
 // hashOffset is the offset of hash in struct sk_reuseport_md
 // (include/uapi/linux/bpf.h): data, data_end (8 bytes each), len,
