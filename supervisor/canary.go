@@ -203,6 +203,14 @@ func (s *Supervisor) startCanary(g *generation) {
 	}
 	h.Outcome = OutcomeCanary
 	h.DurationMs = ms(now.Sub(h.StartedAt))
+	// Reloads that arrived while it started are refused as any during a
+	// canary: promote or abort first.
+	for _, ev := range st.pending {
+		ph := s.newHandoff(ev.trigger, 1)
+		ph.replies = append(ph.replies, ev.reply)
+		s.finishHandoff(ph, OutcomeRefused, s.canaryBusy())
+	}
+	st.pending = nil
 	g.log.Info("canary serving", zap.Int("percent", c.percent), zap.Float64("share", c.share), zap.String("steering", c.steering()), zap.Uint64("beside", c.of), zap.Int64("readyMs", h.ReadyMs), zap.Duration("autoVerdictIn", c.policy.Duration))
 	h.answer()
 }
