@@ -3,7 +3,6 @@ module github.com/baton-proxy/baton
 go 1.26.0
 
 require (
-	github.com/cilium/ebpf v0.22.0
 	github.com/go-logr/logr v1.4.3
 	github.com/pires/go-proxyproto v0.15.0
 	github.com/prometheus/client_golang v1.25.0

@@ -19,15 +19,21 @@
 // BPF_SK_REUSEPORT_SELECT_OR_MIGRATE (Linux 5.14): nothing queued is reset.
 // When the program selects nothing (an empty slot), the kernel falls back
 // to its own hash over the group.
+//
+// The program is 21 instructions, assembled here and loaded with bpf(2)
+// directly: github.com/cilium/ebpf did the same job but its package
+// initialisation alone cost the supervisor 1 MiB of resident memory (the
+// supervisor's goal is 15 MiB), for three system calls.
 package steer
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"unsafe"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 )
 
@@ -45,14 +51,17 @@ const MaxSockets = 1024
 // eth_protocol, ip_protocol, bind_inany (4 each).
 const hashOffset = 32
 
-// skPass is SK_PASS: the connection is not refused.
-const skPass = 1
+// BPF helpers the program calls (enum bpf_func_id).
+const (
+	fnMapLookupElem     = 1
+	fnSkSelectReuseport = 82
+)
 
 // Group steers one reuseport group.
 type Group struct {
-	prog    *ebpf.Program
-	sockets *ebpf.Map
-	table   *ebpf.Map
+	prog    int // descriptors, close-on-exec as bpf(2) makes them
+	sockets int
+	table   int
 }
 
 // Share is a set of sockets (slots given to Add) and the part of the new
@@ -65,41 +74,55 @@ type Share struct {
 // New loads the program and its maps. It fails where BPF cannot be used (no
 // CAP_BPF, an old kernel, a seccomp filter): the caller falls back.
 func New() (*Group, error) {
-	sockets, err := ebpf.NewMap(&ebpf.MapSpec{
-		Name:       "baton_socks",
-		Type:       ebpf.ReusePortSockArray,
-		KeySize:    4,
-		ValueSize:  8,
-		MaxEntries: MaxSockets,
-	})
+	sockets, err := createMap(unix.BPF_MAP_TYPE_REUSEPORT_SOCKARRAY, 4, 8, MaxSockets)
 	if err != nil {
 		return nil, fmt.Errorf("create sockarray map: %w", err)
 	}
-	table, err := ebpf.NewMap(&ebpf.MapSpec{
-		Name:       "baton_table",
-		Type:       ebpf.Array,
-		KeySize:    4,
-		ValueSize:  4,
-		MaxEntries: TableSize,
-	})
+	table, err := createMap(unix.BPF_MAP_TYPE_ARRAY, 4, 4, TableSize)
 	if err != nil {
-		sockets.Close()
+		unix.Close(sockets)
 		return nil, fmt.Errorf("create table map: %w", err)
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:         "baton_steer",
-		Type:         ebpf.SkReuseport,
-		AttachType:   ebpf.AttachSkReuseportSelectOrMigrate,
-		License:      "Apache-2.0",
-		Instructions: program(table.FD(), sockets.FD()),
-	})
+	prog, err := loadProgram(program(table, sockets))
 	if err != nil {
-		sockets.Close()
-		table.Close()
+		unix.Close(sockets)
+		unix.Close(table)
 		return nil, fmt.Errorf("load sk_reuseport program: %w", err)
 	}
 	return &Group{prog: prog, sockets: sockets, table: table}, nil
 }
+
+// insn is struct bpf_insn: opcode, registers (dst in the low nibble, src in
+// the high one), offset, immediate.
+type insn struct {
+	code uint8
+	regs uint8
+	off  int16
+	imm  int32
+}
+
+func ins(code uint8, dst, src uint8, off int16, imm int32) insn {
+	return insn{code: code, regs: dst | src<<4, off: off, imm: imm}
+}
+
+// Opcodes used (include/uapi/linux/bpf_common.h, bpf.h).
+const (
+	opMovReg64   = 0x07 | 0xb0 | 0x08 // BPF_ALU64 | BPF_MOV | BPF_X
+	opMovImm64   = 0x07 | 0xb0        // BPF_ALU64 | BPF_MOV | BPF_K
+	opAddImm64   = 0x07 | 0x00        // BPF_ALU64 | BPF_ADD | BPF_K
+	opModImm32   = 0x04 | 0x90        // BPF_ALU | BPF_MOD | BPF_K (unsigned)
+	opLoadWord   = 0x01 | 0x60 | 0x00 // BPF_LDX | BPF_MEM | BPF_W
+	opStoreWord  = 0x03 | 0x60 | 0x00 // BPF_STX | BPF_MEM | BPF_W
+	opLoadImm64  = 0x00 | 0x00 | 0x18 // BPF_LD | BPF_IMM | BPF_DW: two instructions
+	opCall       = 0x05 | 0x80        // BPF_JMP | BPF_CALL
+	opJeqImm     = 0x05 | 0x10        // BPF_JMP | BPF_JEQ | BPF_K
+	opExit       = 0x05 | 0x90        // BPF_JMP | BPF_EXIT
+	regFP        = 10                 // the frame pointer
+	skPass       = 1                  // SK_PASS: the connection is not refused
+	pseudoMapFD  = unix.BPF_PSEUDO_MAP_FD
+	passIndex    = 19 // the instruction "r0 = SK_PASS"
+	jumpFromNext = 10 // the instruction after the null check
+)
 
 // program is, in C:
 //
@@ -110,35 +133,152 @@ func New() (*Group, error) {
 //	return SK_PASS;
 //
 // A failed selection (an empty slot) leaves the choice to the kernel.
-func program(table, sockets int) asm.Instructions {
-	return asm.Instructions{
-		asm.Mov.Reg(asm.R6, asm.R1),
-		asm.LoadMem(asm.R2, asm.R6, hashOffset, asm.Word),
-		asm.Mod.Imm32(asm.R2, TableSize),
-		asm.StoreMem(asm.RFP, -4, asm.R2, asm.Word),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
-		asm.LoadMapPtr(asm.R1, table),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "pass"),
-		asm.LoadMem(asm.R2, asm.R0, 0, asm.Word),
-		asm.StoreMem(asm.RFP, -8, asm.R2, asm.Word),
-		asm.Mov.Reg(asm.R1, asm.R6),
-		asm.LoadMapPtr(asm.R2, sockets),
-		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, -8),
-		asm.Mov.Imm(asm.R4, 0),
-		asm.FnSkSelectReuseport.Call(),
-		asm.Mov.Imm(asm.R0, skPass).WithSymbol("pass"),
-		asm.Return(),
+func program(table, sockets int) []insn {
+	return []insn{
+		ins(opMovReg64, 6, 1, 0, 0),                       // 0: r6 = ctx
+		ins(opLoadWord, 2, 6, hashOffset, 0),              // 1: r2 = ctx->hash
+		ins(opModImm32, 2, 0, 0, TableSize),               // 2: w2 %= TableSize
+		ins(opStoreWord, regFP, 2, -4, 0),                 // 3: *(u32 *)(fp-4) = w2
+		ins(opMovReg64, 2, regFP, 0, 0),                   // 4: r2 = fp
+		ins(opAddImm64, 2, 0, 0, -4),                      // 5: r2 -= 4: &key
+		ins(opLoadImm64, 1, pseudoMapFD, 0, int32(table)), // 6: r1 = &table
+		{},                                    // 7: its upper half
+		ins(opCall, 0, 0, 0, fnMapLookupElem), // 8: r0 = lookup
+		ins(opJeqImm, 0, 0, passIndex-jumpFromNext, 0),      // 9: if !r0 goto pass
+		ins(opLoadWord, 2, 0, 0, 0),                         // 10: r2 = *slot
+		ins(opStoreWord, regFP, 2, -8, 0),                   // 11: *(u32 *)(fp-8) = w2
+		ins(opMovReg64, 1, 6, 0, 0),                         // 12: r1 = ctx
+		ins(opLoadImm64, 2, pseudoMapFD, 0, int32(sockets)), // 13: r2 = &sockets
+		{},                              // 14: its upper half
+		ins(opMovReg64, 3, regFP, 0, 0), // 15: r3 = fp
+		ins(opAddImm64, 3, 0, 0, -8),    // 16: r3 -= 8: &slot
+		ins(opMovImm64, 4, 0, 0, 0),     // 17: r4 = 0
+		ins(opCall, 0, 0, 0, fnSkSelectReuseport), // 18: select
+		ins(opMovImm64, 0, 0, 0, skPass),          // 19: pass: r0 = SK_PASS
+		ins(opExit, 0, 0, 0, 0),                   // 20: return
 	}
+}
+
+// bpf calls bpf(2) with attr, a struct of the command's union member.
+func bpf(cmd int, attr unsafe.Pointer, size uintptr) (int, error) {
+	r, _, errno := unix.Syscall(unix.SYS_BPF, uintptr(cmd), uintptr(attr), size)
+	if errno != 0 {
+		return -1, errno
+	}
+	return int(r), nil
+}
+
+// mapCreateAttr is bpf_attr for BPF_MAP_CREATE, up to map_name.
+type mapCreateAttr struct {
+	mapType    uint32
+	keySize    uint32
+	valueSize  uint32
+	maxEntries uint32
+	mapFlags   uint32
+	innerMapFD uint32
+	numaNode   uint32
+	mapName    [16]byte
+}
+
+func createMap(typ, keySize, valueSize, maxEntries uint32) (int, error) {
+	attr := mapCreateAttr{mapType: typ, keySize: keySize, valueSize: valueSize, maxEntries: maxEntries}
+	copy(attr.mapName[:], "baton_steer")
+	return bpf(unix.BPF_MAP_CREATE, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+}
+
+// progLoadAttr is bpf_attr for BPF_PROG_LOAD, up to expected_attach_type.
+type progLoadAttr struct {
+	progType           uint32
+	insnCnt            uint32
+	insns              uint64
+	license            uint64
+	logLevel           uint32
+	logSize            uint32
+	logBuf             uint64
+	kernVersion        uint32
+	progFlags          uint32
+	progName           [16]byte
+	progIfindex        uint32
+	expectedAttachType uint32
+}
+
+// loadProgram loads prog as an SK_REUSEPORT program that may also pick the
+// socket queued connections migrate to. When the verifier refuses it, the
+// error carries the verifier's log.
+func loadProgram(prog []insn) (int, error) {
+	code := make([]byte, 8*len(prog))
+	for i, in := range prog {
+		b := code[8*i:]
+		b[0], b[1] = in.code, in.regs
+		binary.LittleEndian.PutUint16(b[2:], uint16(in.off))
+		binary.LittleEndian.PutUint32(b[4:], uint32(in.imm))
+	}
+	license := []byte("Apache-2.0\x00")
+	attr := progLoadAttr{
+		progType:           unix.BPF_PROG_TYPE_SK_REUSEPORT,
+		insnCnt:            uint32(len(prog)),
+		insns:              uint64(uintptr(unsafe.Pointer(&code[0]))),
+		license:            uint64(uintptr(unsafe.Pointer(&license[0]))),
+		expectedAttachType: unix.BPF_SK_REUSEPORT_SELECT_OR_MIGRATE,
+	}
+	copy(attr.progName[:], "baton_steer")
+	fd, err := bpf(unix.BPF_PROG_LOAD, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EINVAL) {
+		// The verifier refused it: again with its log, to say why.
+		log := make([]byte, 64<<10)
+		attr.logLevel, attr.logSize = 1, uint32(len(log))
+		attr.logBuf = uint64(uintptr(unsafe.Pointer(&log[0])))
+		if fd2, err2 := bpf(unix.BPF_PROG_LOAD, unsafe.Pointer(&attr), unsafe.Sizeof(attr)); err2 == nil {
+			fd, err = fd2, nil
+		} else if n := indexNUL(log); n > 0 {
+			err = fmt.Errorf("%w: verifier: %s", err, log[:n])
+		}
+		runtime.KeepAlive(log)
+	}
+	runtime.KeepAlive(code)
+	runtime.KeepAlive(license)
+	return fd, err
+}
+
+func indexNUL(b []byte) int {
+	for i, c := range b {
+		if c == 0 {
+			return i
+		}
+	}
+	return len(b)
+}
+
+// mapElemAttr is bpf_attr for BPF_MAP_UPDATE_ELEM.
+type mapElemAttr struct {
+	mapFD uint32
+	_     uint32
+	key   uint64
+	value uint64
+	flags uint64
+}
+
+// update sets key to value (their bytes) in the map fd.
+func update(fd int, key uint32, value []byte) error {
+	k := make([]byte, 4)
+	binary.NativeEndian.PutUint32(k, key)
+	attr := mapElemAttr{
+		mapFD: uint32(fd),
+		key:   uint64(uintptr(unsafe.Pointer(&k[0]))),
+		value: uint64(uintptr(unsafe.Pointer(&value[0]))),
+		flags: 0, // BPF_ANY
+	}
+	_, err := bpf(unix.BPF_MAP_UPDATE_ELEM, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+	runtime.KeepAlive(k)
+	runtime.KeepAlive(value)
+	return err
 }
 
 // Attach makes g choose for the reuseport group f belongs to. It replaces
 // any program the group had (one a previous supervisor attached).
 func (g *Group) Attach(f *os.File) error {
 	return control(f, func(fd int) error {
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, g.prog.FD()); err != nil {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, g.prog); err != nil {
 			return fmt.Errorf("attach sk_reuseport program: %w", err)
 		}
 		return nil
@@ -152,7 +292,9 @@ func (g *Group) Add(slot int, f *os.File) error {
 		return fmt.Errorf("steer: slot %d out of range", slot)
 	}
 	return control(f, func(fd int) error {
-		if err := g.sockets.Update(uint32(slot), uint64(fd), ebpf.UpdateAny); err != nil {
+		v := make([]byte, 8)
+		binary.NativeEndian.PutUint64(v, uint64(fd))
+		if err := update(g.sockets, uint32(slot), v); err != nil {
 			return fmt.Errorf("add socket to slot %d: %w", slot, err)
 		}
 		return nil
@@ -183,12 +325,10 @@ func (g *Group) Steer(shares ...Share) error {
 	// Spread each share over the hash space: entry i of the table takes
 	// the i-th entry of an interleaving, so that no share owns a range of
 	// hashes (harmless for a uniform hash, and clearer in a dump).
-	spread := make([]uint32, TableSize)
+	v := make([]byte, 4)
 	for i := range TableSize {
-		spread[i] = values[interleave(i)]
-	}
-	for i, v := range spread {
-		if err := g.table.Update(uint32(i), v, ebpf.UpdateAny); err != nil {
+		binary.NativeEndian.PutUint32(v, values[interleave(i)])
+		if err := update(g.table, uint32(i), v); err != nil {
 			return fmt.Errorf("steer: write table entry %d: %w", i, err)
 		}
 	}
@@ -202,7 +342,7 @@ func interleave(i int) int { return (i * 7919) % TableSize }
 // Close releases the program and the maps. A group it was attached to keeps
 // the program until another replaces it or the group closes.
 func (g *Group) Close() error {
-	return errors.Join(g.prog.Close(), g.sockets.Close(), g.table.Close())
+	return errors.Join(unix.Close(g.prog), unix.Close(g.sockets), unix.Close(g.table))
 }
 
 // control runs fn on f's descriptor without changing its blocking mode.

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -226,5 +227,19 @@ func TestSteerRefusesBadShares(t *testing.T) {
 	}
 	if err := g.Add(MaxSockets, os.Stdin); err == nil {
 		t.Error("Add out of range accepted")
+	}
+}
+
+// A program the verifier refuses is an error that carries the verifier's
+// words (here: no exit instruction).
+func TestLoadProgramSaysWhy(t *testing.T) {
+	newGroup(t) // skips where BPF cannot be used
+	fd, err := loadProgram([]insn{ins(opMovImm64, 0, 0, 0, skPass)})
+	if err == nil {
+		unix.Close(fd)
+		t.Fatal("a program without exit was loaded")
+	}
+	if !strings.Contains(err.Error(), "verifier") {
+		t.Errorf("error without the verifier's log: %v", err)
 	}
 }
