@@ -23,7 +23,7 @@ run: build
 # The fuzzers, by package: the ipc decoder, the HTTP/1.1 parsers
 # differentially against net/http, and the PROXY protocol parser against
 # go-proxyproto (docs/security.md).
-FUZZERS := ./ipc:FuzzDecode ./proxy/h1:FuzzRequest ./proxy/h1:FuzzResponse ./proxy/proxyproto:FuzzParse ./internal/metrics:FuzzLabelValue
+FUZZERS := ./ipc:FuzzDecode ./proxy/h1:FuzzRequest ./proxy/h1:FuzzResponse ./proxy/proxyproto:FuzzParse ./internal/metrics:FuzzLabelValue ./proxy:FuzzAppendJSONString
 FUZZTIME ?= 10m
 
 # Every test, with the race detector: unit tests, a short run of each

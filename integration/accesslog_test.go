@@ -74,20 +74,31 @@ func TestAccessLog(t *testing.T) {
 		}
 	}
 	waitFor(t, 10*time.Second, "4 access log lines", func() bool { return len(readLines(logPath)) >= 4 })
-	lines := readLines(logPath)
-	for i, w := range want {
+	// Each worker writes its lines every 10 ms: lines of different workers
+	// need not be in request order.
+	byRequest := map[string]string{}
+	for _, l := range readLines(logPath) {
 		var e map[string]any
-		if err := json.Unmarshal([]byte(lines[i]), &e); err != nil {
-			t.Fatalf("line %d is not JSON: %v\n%s", i, err, lines[i])
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("a line is not JSON: %v\n%s", err, l)
 		}
+		byRequest[fmt.Sprint(e["method"], " ", e["path"])] = l
+	}
+	for _, w := range want {
+		var e map[string]any
+		line := byRequest[w.method+" "+w.path]
+		if line == "" {
+			t.Fatalf("no line for %s %s in %v", w.method, w.path, byRequest)
+		}
+		json.Unmarshal([]byte(line), &e)
 		if e["method"] != w.method || e["path"] != w.path || e["status"] != float64(w.status) || e["listener"] != "web" || e["client"] != "127.0.0.1" || e["protocol"] != "HTTP/1.1" {
-			t.Errorf("line %d: %s; want %s %s %d", i, lines[i], w.method, w.path, w.status)
+			t.Errorf("%s %s: %s; want %s %s %d", w.method, w.path, line, w.method, w.path, w.status)
 		}
 		if w.bytesIn && e["bytesIn"].(float64) < 1000 {
-			t.Errorf("line %d: bytesIn %v for a 1000-byte body", i, e["bytesIn"])
+			t.Errorf("%s %s: bytesIn %v for a 1000-byte body", w.method, w.path, e["bytesIn"])
 		}
 		if w.status != 404 && e["backend"] == nil {
-			t.Errorf("line %d: no backend: %s", i, lines[i])
+			t.Errorf("%s %s: no backend: %s", w.method, w.path, line)
 		}
 	}
 

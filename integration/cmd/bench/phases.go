@@ -326,6 +326,32 @@ func procStats(pid int) (rssKiB int64, fds int) {
 	return procField(pid, "VmRSS:"), fds
 }
 
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's CPU times (100 on
+// every Linux architecture Go runs on).
+const clockTicks = 100
+
+// cpuTicks returns the CPU time (user and system) the processes used so
+// far, in clock ticks.
+func cpuTicks(pids []int) int64 {
+	var n int64
+	for _, p := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		// The fields after the command (which may hold spaces), from
+		// state (field 3): utime and stime are fields 14 and 15.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 12 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			k, _ := strconv.ParseInt(f[12], 10, 64)
+			n += u + k
+		}
+	}
+	return n
+}
+
 // procField returns a KiB figure of /proc/PID/status.
 func procField(pid int, name string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
