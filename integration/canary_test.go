@@ -386,3 +386,38 @@ func TestSupervisorDeathDuringCanary(t *testing.T) {
 		t.Errorf("%d sockets listen on %s after the canary drained, want 2", n, addr)
 	}
 }
+
+// TestCanaryOfAnotherSize: a canary whose config has another number of
+// workers (sockets left out: one per worker) gets that many sockets of its
+// own; once promoted, they are the group, and the old ones are gone.
+func TestCanaryOfAnotherSize(t *testing.T) {
+	a, c := startNamedBackend(t, "a"), startNamedBackend(t, "c")
+	b := startBaton(t, options{workers: 2, reusePort: true, tcp: true}.configYAML(a))
+	addr := b.Address("web")
+	b.WriteConfig(options{workers: 3, reusePort: true, tcp: true}.configYAML(c))
+	if out, err := b.Ctl("reload", "--canary", "30"); err != nil {
+		t.Fatalf("reload --canary: %v: %s", err, out)
+	}
+	if n := listeningSockets(t, addr); n != 5 {
+		t.Errorf("%d sockets listen during the canary, want 2 + 3", n)
+	}
+	got, _ := newConnGets(t, addr, 4000)
+	if share := 100 * float64(got["c"]) / 4000; share < 27 || share > 33 {
+		t.Errorf("canary of 3 sockets at 30%% took %.1f%% (%v)", share, got)
+	}
+	if out, err := b.Ctl("promote"); err != nil {
+		t.Fatalf("promote: %v: %s", err, out)
+	}
+	waitDrained(t, b, 30*time.Second)
+	if n := listeningSockets(t, addr); n != 3 {
+		t.Errorf("%d sockets listen after the promote, want 3", n)
+	}
+	for _, l := range b.Status().Listeners {
+		if l.Sockets != 3 {
+			t.Errorf("listener %s: %d sockets in status, want 3", l.Name, l.Sockets)
+		}
+	}
+	if got, _ := newConnGets(t, addr, 300); got["c"] != 300 {
+		t.Errorf("after promote, new connections went to %v, want all to c", got)
+	}
+}
