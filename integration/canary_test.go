@@ -373,6 +373,11 @@ func TestSupervisorDeathDuringCanary(t *testing.T) {
 	if st.ActiveGeneration != activeGen || st.Canary != nil {
 		t.Fatalf("after adoption: active generation %d (want %d), canary %+v", st.ActiveGeneration, activeGen, st.Canary)
 	}
+	for _, g := range st.Generations {
+		if g.ID != activeGen && !strings.Contains(g.DrainReason, "canary") {
+			t.Errorf("generation %d after adoption: %s, drain reason %q; want the canary aborted", g.ID, g.State, g.DrainReason)
+		}
+	}
 	if got, _ := newConnGets(t, addr, 400); got["a"] != 400 {
 		t.Errorf("after adoption, new connections went to %v, want all to a", got)
 	}

@@ -25,6 +25,7 @@ type generation struct {
 	binary        string
 	startedAt     time.Time
 	reason        string // why it failed, or was stopped early
+	drainReason   string // why it was told to drain
 	readyDeadline time.Time
 	drainStart    time.Time
 	drainDeadline time.Time
@@ -536,6 +537,7 @@ func (s *Supervisor) drain(g *generation, reason string, deadline time.Time) {
 	g.state = GenDraining
 	g.drainStart = time.Now()
 	g.drainDeadline = deadline
+	g.drainReason = reason
 	g.log.Info("draining generation", zap.String("reason", reason), zap.Time("deadline", deadline))
 	msg := ipc.Drain{Deadline: deadline, Reason: reason}
 	for _, sl := range g.slots {

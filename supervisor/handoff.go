@@ -242,7 +242,7 @@ func (s *Supervisor) snapshot() Status {
 	}
 	out.Totals.Series = series.Sorted()
 	for _, g := range st.gens {
-		gs := GenerationStatus{ID: g.id, State: g.state, Binary: g.binary, StartedAt: g.startedAt, Reason: g.reason}
+		gs := GenerationStatus{ID: g.id, State: g.state, Binary: g.binary, StartedAt: g.startedAt, Reason: g.reason, DrainReason: g.drainReason}
 		for _, sl := range g.slots {
 			gs.Workers = append(gs.Workers, WorkerStatus{
 				PID:         sl.pid,

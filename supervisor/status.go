@@ -84,12 +84,15 @@ type ListenerStatus struct {
 
 // GenerationStatus describes one generation.
 type GenerationStatus struct {
-	ID        uint64         `json:"id"`
-	State     GenState       `json:"state"`
-	Binary    string         `json:"binary"`
-	StartedAt time.Time      `json:"startedAt"`
-	Reason    string         `json:"reason,omitempty"`
-	Workers   []WorkerStatus `json:"workers"`
+	ID        uint64    `json:"id"`
+	State     GenState  `json:"state"`
+	Binary    string    `json:"binary"`
+	StartedAt time.Time `json:"startedAt"`
+	Reason    string    `json:"reason,omitempty"`
+	// DrainReason says why it drains or drained: a handoff, a canary's
+	// verdict, an adoption, a stop.
+	DrainReason string         `json:"drainReason,omitempty"`
+	Workers     []WorkerStatus `json:"workers"`
 }
 
 // WorkerStatus describes one worker slot.

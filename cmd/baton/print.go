@@ -78,6 +78,9 @@ func printStatus(out io.Writer, st *supervisor.Status, now time.Time) error {
 		if g.Reason != "" {
 			fmt.Fprintf(w, "\t\treason: %s\n", g.Reason)
 		}
+		if g.DrainReason != "" && g.State == supervisor.GenDraining {
+			fmt.Fprintf(w, "\t\tdraining: %s\n", g.DrainReason)
+		}
 	}
 
 	fmt.Fprintln(w, "\nHANDOFF\tWHEN\tTRIGGER\tFROM\tTO\tOUTCOME\tSPAWN\tREADY\tDRAIN\tREASON")
