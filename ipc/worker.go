@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/baton-proxy/baton/internal/sockfd"
 )
 
 // EnvFD names the environment variable that holds the number of the
@@ -320,21 +320,7 @@ func dupListener(ln net.Listener) (*os.File, error) {
 	if !ok {
 		return nil, fmt.Errorf("ipc: %T has no descriptor", ln)
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	nfd := -1
-	var derr error
-	if err := rc.Control(func(fd uintptr) {
-		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-	}); err != nil {
-		return nil, err
-	}
-	if derr != nil {
-		return nil, derr
-	}
-	return os.NewFile(uintptr(nfd), "listener"), nil
+	return sockfd.Dup(sc, "listener")
 }
 
 func (w *Worker) startDrain(d Drain) {

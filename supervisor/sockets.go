@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/baton-proxy/baton/internal/sockfd"
 	"github.com/baton-proxy/baton/internal/steer"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -611,7 +612,7 @@ func resolveTCP(network, address string) (netip.AddrPort, error) {
 // localAddr returns the address a TCP socket is bound to, as host:port.
 func localAddr(f *os.File) (string, error) {
 	var sa unix.Sockaddr
-	err := control(f, func(fd int) (err error) {
+	err := sockfd.Control(f, func(fd int) (err error) {
 		sa, err = unix.Getsockname(fd)
 		return err
 	})
@@ -646,38 +647,10 @@ func removeStaleUnixSocket(path string) error {
 	return os.Remove(path)
 }
 
-// control runs fn on f's descriptor without changing its blocking mode (as
-// File.Fd would, for every process sharing the socket).
-// dupFile returns a close-on-exec duplicate of f, without touching f's
-// blocking mode (which workers share).
-func dupFile(f *os.File) (*os.File, error) {
-	var nfd int
-	err := control(f, func(fd int) (err error) {
-		nfd, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(nfd), f.Name()), nil
-}
-
-func control(f *os.File, fn func(fd int) error) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
-		return err
-	}
-	return ferr
-}
-
 // queueDepth returns the length of a TCP listening socket's accept queue
 // and its limit, as TCP_INFO reports them for listeners.
 func queueDepth(f *os.File) (depth, limit int, err error) {
-	err = control(f, func(fd int) error {
+	err = sockfd.Control(f, func(fd int) error {
 		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
 		if err != nil {
 			return err

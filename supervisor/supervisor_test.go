@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/sockfd"
 	"github.com/baton-proxy/baton/ipc"
 	"go.uber.org/zap/zaptest"
 )
@@ -46,7 +47,7 @@ func newFakeLauncher() *fakeLauncher {
 // Launch "starts" a worker: a goroutine that reads its hello (which the
 // supervisor sends once Launch returns) and announces itself.
 func (l *fakeLauncher) Launch(spec LaunchSpec) (Process, error) {
-	end, err := dupFile(spec.IPC) // the supervisor closes spec.IPC
+	end, err := sockfd.Dup(spec.IPC, spec.IPC.Name()) // the supervisor closes spec.IPC
 	if err != nil {
 		return nil, err
 	}

@@ -8,9 +8,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/sockfd"
 	"github.com/baton-proxy/baton/ipc"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 )
 
 // controlFile names the control socket for a self-upgrade.
@@ -84,7 +84,7 @@ func (s *Supervisor) handleUpgrade(reply chan error) {
 		}
 	}
 	for name, f := range st.sockets.files() {
-		d, err := dupFile(f)
+		d, err := sockfd.Dup(f, f.Name())
 		if err != nil {
 			closeLent()
 			answer(fmt.Errorf("upgrade: lend %s: %w", name, err))
@@ -225,19 +225,5 @@ func (s *Supervisor) controlFile() (*os.File, error) {
 	if s.ctl == nil {
 		return nil, fmt.Errorf("no control socket")
 	}
-	rc, err := s.ctl.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	nfd := -1
-	var derr error
-	if err := rc.Control(func(fd uintptr) {
-		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-	}); err != nil {
-		return nil, err
-	}
-	if derr != nil {
-		return nil, derr
-	}
-	return os.NewFile(uintptr(nfd), "control"), nil
+	return sockfd.Dup(s.ctl, "control")
 }

@@ -34,6 +34,8 @@ import (
 	"runtime"
 	"unsafe"
 
+	"github.com/baton-proxy/baton/internal/sockfd"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -277,7 +279,7 @@ func update(fd int, key uint32, value []byte) error {
 // Attach makes g choose for the reuseport group f belongs to. It replaces
 // any program the group had (one a previous supervisor attached).
 func (g *Group) Attach(f *os.File) error {
-	return control(f, func(fd int) error {
+	return sockfd.Control(f, func(fd int) error {
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, g.prog); err != nil {
 			return fmt.Errorf("attach sk_reuseport program: %w", err)
 		}
@@ -291,7 +293,7 @@ func (g *Group) Add(slot int, f *os.File) error {
 	if slot < 0 || slot >= MaxSockets {
 		return fmt.Errorf("steer: slot %d out of range", slot)
 	}
-	return control(f, func(fd int) error {
+	return sockfd.Control(f, func(fd int) error {
 		v := make([]byte, 8)
 		binary.NativeEndian.PutUint64(v, uint64(fd))
 		if err := update(g.sockets, uint32(slot), v); err != nil {
@@ -343,17 +345,4 @@ func interleave(i int) int { return (i * 7919) % TableSize }
 // the program until another replaces it or the group closes.
 func (g *Group) Close() error {
 	return errors.Join(unix.Close(g.prog), unix.Close(g.sockets), unix.Close(g.table))
-}
-
-// control runs fn on f's descriptor without changing its blocking mode.
-func control(f *os.File, fn func(fd int) error) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
-		return err
-	}
-	return ferr
 }

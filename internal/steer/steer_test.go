@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/sockfd"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -64,7 +66,7 @@ func listenGroup(t *testing.T, n int) (string, []*os.File) {
 func queued(t *testing.T, f *os.File) int {
 	t.Helper()
 	var n int
-	err := control(f, func(fd int) error {
+	err := sockfd.Control(f, func(fd int) error {
 		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
 		n = int(info.Unacked)
 		return err
@@ -115,7 +117,7 @@ func acceptAll(t *testing.T, files []*os.File, want int) []int {
 			t.Fatalf("accepted %d of %d connections (%v)", sum, want, got)
 		}
 		for i, f := range files {
-			control(f, func(fd int) error {
+			sockfd.Control(f, func(fd int) error {
 				for {
 					nfd, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
 					if err != nil {
