@@ -215,7 +215,6 @@ func TestCanaryAutoVerdict(t *testing.T) {
 			}
 			id := b.Status().Canary.Handoff
 			ctx, stop := context.WithCancel(context.Background())
-			defer stop()
 			var wg sync.WaitGroup
 			defer wg.Wait()
 			defer stop()
@@ -240,7 +239,11 @@ func TestCanaryAutoVerdict(t *testing.T) {
 			if tc.fail && h.Canary.Requests < 50 {
 				t.Errorf("aborted after %d requests, before minRequests", h.Canary.Requests)
 			}
-			if want := map[bool]uint64{true: h.From, false: h.To}[tc.fail]; b.Status().ActiveGeneration != want {
+			want := h.To // promoted
+			if tc.fail {
+				want = h.From // aborted: the active generation stays
+			}
+			if b.Status().ActiveGeneration != want {
 				t.Errorf("active generation %d, want %d", b.Status().ActiveGeneration, want)
 			}
 		})
@@ -317,7 +320,11 @@ func TestCanarySlots(t *testing.T) {
 	l := startLoad(t, b)
 	l.wait(t, 5000)
 	for i, verdict := range []string{"abort", "promote"} {
-		b.WriteConfig(cfg(map[bool]*backend.Server{true: c, false: a}[i == 0]))
+		next := a // the abort's canary routes to c, the promoted one to a
+		if i == 0 {
+			next = c
+		}
+		b.WriteConfig(cfg(next))
 		if out, err := b.Ctl("reload", "--canary", "50"); err != nil {
 			t.Fatalf("reload --canary: %v: %s", err, out)
 		}

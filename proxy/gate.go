@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 )
@@ -89,7 +90,7 @@ func (p *Proxy) SetPaused(paused map[string][]int) {
 	p.paused = paused
 	for name, bySocket := range p.gates {
 		for idx, g := range bySocket {
-			g.setPaused(contains(paused[name], idx))
+			g.setPaused(slices.Contains(paused[name], idx))
 		}
 	}
 }
@@ -99,7 +100,7 @@ func (p *Proxy) SetPaused(paused map[string][]int) {
 func (p *Proxy) gate(name string, idx int, ln net.Listener) net.Listener {
 	p.gatesMu.Lock()
 	defer p.gatesMu.Unlock()
-	g := newGatedListener(ln, contains(p.paused[name], idx))
+	g := newGatedListener(ln, slices.Contains(p.paused[name], idx))
 	if p.gates == nil {
 		p.gates = make(map[string]map[int]*gatedListener)
 	}
@@ -108,13 +109,4 @@ func (p *Proxy) gate(name string, idx int, ln net.Listener) net.Listener {
 	}
 	p.gates[name][idx] = g
 	return g
-}
-
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }

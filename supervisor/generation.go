@@ -340,9 +340,7 @@ func (s *Supervisor) handleMessage(p *proc, fr ipc.Frame) {
 		}
 		sl.stats = m
 		sl.watched = true
-		if s.state.canary != nil {
-			s.judgeCanary(time.Now())
-		}
+		s.judgeCanary(time.Now())
 	default:
 		s.handleBroken(p, fmt.Errorf("%w: %s from a worker", ipc.ErrUnexpected, fr.Type))
 	}

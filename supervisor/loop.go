@@ -225,7 +225,11 @@ func (s *Supervisor) handle(ev event) {
 	case reloadEvent:
 		s.handleReload(ev)
 	case verdictEvent:
-		s.canaryVerdict(ev.promote, "operator", "by baton "+map[bool]string{true: "promote", false: "abort"}[ev.promote], ev.reply)
+		reason := "by baton abort"
+		if ev.promote {
+			reason = "by baton promote"
+		}
+		s.canaryVerdict(ev.promote, "operator", reason, ev.reply)
 	case stopEvent:
 		s.handleStop(ev.now)
 	case statusEvent:

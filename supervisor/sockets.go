@@ -181,18 +181,21 @@ func (t *socketTable) acquire(specs []ListenerSpec, workers int, own bool) (*pla
 			p.listeners = append(p.listeners, plannedListener{spec: spec, group: g, sockets: g.current})
 			continue
 		}
-		if g.steer == nil && own && !resize && g.reusePort && g.network != "unix" && len(g.current) >= 2 {
-			p.listeners = append(p.listeners, plannedListener{spec: spec, group: g, sockets: g.current, slots: true})
-			continue
-		}
 		if g.steer == nil {
-			undo()
-			if own && len(g.current) < 2 && g.reusePort && g.network != "unix" && !resize {
+			tcpGroup := g.reusePort && g.network != "unix"
+			switch {
+			case own && !resize && tcpGroup && len(g.current) >= 2:
+				// Slots: the canary takes some of the group's sockets.
+				p.listeners = append(p.listeners, plannedListener{spec: spec, group: g, sockets: g.current, slots: true})
+				continue
+			case own && !resize && tcpGroup:
+				undo()
 				return nil, fmt.Errorf("listener %s: a canary needs sockets of its own on %s (%s), or at least 2 sockets in its group to take some of (it has %d)", spec.Name, spec.Address, g.steerReason(), len(g.current))
-			}
-			if own {
+			case own:
+				undo()
 				return nil, fmt.Errorf("listener %s: a canary needs sockets of its own on %s, which needs %s", spec.Name, spec.Address, g.steerReason())
 			}
+			undo()
 			return nil, fmt.Errorf("listener %s: the reuseport group of %s has %d sockets; resizing it to %d needs %s, or a restart of baton (a socket leaving a live group resets the connections queued on it)", spec.Name, spec.Address, len(g.current), want, g.steerReason())
 		}
 		if want == 0 {

@@ -245,7 +245,8 @@ func (s *Supervisor) send(ev event) bool {
 // failed or refused. Reloads asked for while one runs are coalesced into the
 // next one. trigger says who asked ("signal", "control").
 func (s *Supervisor) Reload(trigger string) Handoff {
-	return s.wait(trigger, reloadEvent{trigger: trigger})
+	reply := make(chan Handoff, 1)
+	return s.await(trigger, reloadEvent{trigger: trigger, reply: reply}, reply)
 }
 
 // ReloadCanary starts a canary: a new generation, from the config and
@@ -253,28 +254,26 @@ func (s *Supervisor) Reload(trigger string) Handoff {
 // active one. It waits until the canary serves (outcome canary), failed or
 // was refused.
 func (s *Supervisor) ReloadCanary(percent int) Handoff {
-	return s.wait("canary", reloadEvent{trigger: "canary", canary: percent})
+	reply := make(chan Handoff, 1)
+	return s.await("canary", reloadEvent{trigger: "canary", canary: percent, reply: reply}, reply)
 }
 
-// Promote makes the running canary the active generation; Abort drains
-// it. Each returns the canary's handoff, decided.
-func (s *Supervisor) Promote() Handoff { return s.wait("promote", verdictEvent{promote: true}) }
+// Promote makes the running canary the active generation; the old one
+// drains. It returns the canary's handoff, decided.
+func (s *Supervisor) Promote() Handoff {
+	reply := make(chan Handoff, 1)
+	return s.await("promote", verdictEvent{promote: true, reply: reply}, reply)
+}
 
 // Abort drains the running canary; see Promote.
-func (s *Supervisor) Abort() Handoff { return s.wait("abort", verdictEvent{}) }
-
-// wait sends ev, which carries a reply channel it sets, and waits for the
-// handoff it answers.
-func (s *Supervisor) wait(trigger string, ev event) Handoff {
+func (s *Supervisor) Abort() Handoff {
 	reply := make(chan Handoff, 1)
-	switch e := ev.(type) {
-	case reloadEvent:
-		e.reply = reply
-		ev = e
-	case verdictEvent:
-		e.reply = reply
-		ev = e
-	}
+	return s.await("abort", verdictEvent{reply: reply}, reply)
+}
+
+// await sends ev, whose reply channel is reply, and waits for the handoff
+// it answers; refused when the supervisor is gone.
+func (s *Supervisor) await(trigger string, ev event, reply chan Handoff) Handoff {
 	refused := Handoff{Trigger: trigger, Outcome: OutcomeRefused, Reason: ErrStopping.Error()}
 	if !s.send(ev) {
 		return refused

@@ -27,6 +27,7 @@
 package steer
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -232,7 +233,7 @@ func loadProgram(prog []insn) (int, error) {
 		attr.logBuf = uint64(uintptr(unsafe.Pointer(&log[0])))
 		if fd2, err2 := bpf(unix.BPF_PROG_LOAD, unsafe.Pointer(&attr), unsafe.Sizeof(attr)); err2 == nil {
 			fd, err = fd2, nil
-		} else if n := indexNUL(log); n > 0 {
+		} else if n := bytes.IndexByte(log, 0); n > 0 {
 			err = fmt.Errorf("%w: verifier: %s", err, log[:n])
 		}
 		runtime.KeepAlive(log)
@@ -240,15 +241,6 @@ func loadProgram(prog []insn) (int, error) {
 	runtime.KeepAlive(code)
 	runtime.KeepAlive(license)
 	return fd, err
-}
-
-func indexNUL(b []byte) int {
-	for i, c := range b {
-		if c == 0 {
-			return i
-		}
-	}
-	return len(b)
 }
 
 // mapElemAttr is bpf_attr for BPF_MAP_UPDATE_ELEM.
