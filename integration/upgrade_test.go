@@ -27,29 +27,11 @@ func TestSupervisorUpgradeUnderLoad(t *testing.T) {
 	oldPID := b.Cmd.Process.Pid
 	stop := background(t, b, true)
 
-	if out, err := b.Ctl("upgrade"); err != nil || !strings.Contains(out, "upgrade ok") {
-		t.Fatalf("baton upgrade: %v %s\n%s", err, out, b.Logs)
-	}
-	var newPID int
-	t.Cleanup(func() {
-		if newPID != 0 && !gone(newPID) {
-			b.Ctl("stop")
-			waitFor(t, 60*time.Second, "the new supervisor to stop", func() bool { return gone(newPID) })
-		}
-	})
-	waitFor(t, 60*time.Second, "the old supervisor to exit", func() bool {
-		select {
-		case <-b.Exited:
-			return true
-		default:
-			return false
-		}
-	})
+	st := upgrade(t, b)
 	if b.ExitErr != nil {
 		t.Errorf("the old supervisor exited with %v", b.ExitErr)
 	}
-	st := b.Status()
-	newPID = st.PID
+	newPID := st.PID
 	if newPID == oldPID || st.ActiveGeneration == 0 {
 		t.Fatalf("after the upgrade: pid %d (old %d), active generation %d", newPID, oldPID, st.ActiveGeneration)
 	}
@@ -141,26 +123,7 @@ func TestUpgradeLeavesNothingBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if out, err := b.Ctl("upgrade"); err != nil || !strings.Contains(out, "upgrade ok") {
-		t.Fatalf("baton upgrade: %v %s", err, out)
-	}
-	var newPID int
-	t.Cleanup(func() {
-		if newPID != 0 && !gone(newPID) {
-			b.Ctl("stop")
-			waitFor(t, 60*time.Second, "the new supervisor to stop", func() bool { return gone(newPID) })
-		}
-	})
-	waitFor(t, 60*time.Second, "the old supervisor to exit", func() bool {
-		select {
-		case <-b.Exited:
-			return true
-		default:
-			return false
-		}
-	})
-	after := b.Status()
-	newPID = after.PID
+	after := upgrade(t, b)
 	last := after.Handoffs[len(after.Handoffs)-1]
 	if last.Trigger != "upgrade" || last.From != before.ActiveGeneration || after.ActiveGeneration <= before.ActiveGeneration || last.ID <= before.Handoffs[len(before.Handoffs)-1].ID {
 		t.Errorf("after the upgrade: active %d (was %d), last handoff %+v; want generation numbers and handoff ids to go on, trigger upgrade", after.ActiveGeneration, before.ActiveGeneration, last)
@@ -251,4 +214,30 @@ func TestUpgradeRefusedAsPID1(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("baton as PID 1 did not stop")
 	}
+}
+
+// upgrade runs `baton upgrade` on b, waits for the old supervisor to exit,
+// and returns the new one's status; the new supervisor is stopped when the
+// test ends.
+func upgrade(t *testing.T, b *batonProc) *supervisor.Status {
+	t.Helper()
+	if out, err := b.Ctl("upgrade"); err != nil || !strings.Contains(out, "upgrade ok") {
+		t.Fatalf("baton upgrade: %v %s\n%s", err, out, b.Logs)
+	}
+	waitFor(t, 60*time.Second, "the old supervisor to exit", func() bool {
+		select {
+		case <-b.Exited:
+			return true
+		default:
+			return false
+		}
+	})
+	st := b.Status()
+	t.Cleanup(func() {
+		if !gone(st.PID) {
+			b.Ctl("stop")
+			waitFor(t, 60*time.Second, "the new supervisor to stop", func() bool { return gone(st.PID) })
+		}
+	})
+	return st
 }
