@@ -298,6 +298,9 @@ func (b *backend) dialStream(ctx context.Context) (net.Conn, *endpoint, error) {
 		a.tried(ep)
 		start := time.Now()
 		c, err := b.dialer.DialContext(ctx, "tcp", ep.addr)
+		if err == nil {
+			c = newSockConn(c)
+		}
 		if err == nil && ep.tlsConf != nil {
 			c, err = b.handshake(ctx, c, ep.tlsConf)
 		}

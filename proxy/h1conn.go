@@ -600,6 +600,11 @@ func (hc *h1conn) sendRequest(uc *upConn, rt *route) error {
 	if err != nil {
 		return clientSide(err)
 	}
+	// The last bytes go out from inside the wait for the response.
+	if uc.sock != nil {
+		uc.sock.holdNext()
+		defer uc.sock.unhold()
+	}
 	if err := uc.bw.Flush(); err != nil {
 		return &h1.WriteError{Err: err}
 	}

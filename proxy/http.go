@@ -61,6 +61,7 @@ func (f *httpFrontend) serve(lns []net.Listener) {
 }
 
 func (f *httpFrontend) newConn(c net.Conn) *h1conn {
+	c = newSockConn(c)
 	var tc *tls.Conn
 	if f.tls != nil && !f.proxyProtocol {
 		// The handshake happens in the connection's goroutine (after

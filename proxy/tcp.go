@@ -69,11 +69,11 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 			al.log(e)
 		}()
 	}
-	c := raw
+	c := newSockConn(raw)
 	if f.proxyProtocol {
 		raw.SetReadDeadline(time.Now().Add(f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
 		// The header is checked and consumed, its source address kept for
-		// the access log, and the raw socket kept for splice.
+		// the access log.
 		h, err := proxyproto.Read(raw)
 		if err != nil {
 			f.p.badProxyHeader(f.name, raw, err)

@@ -26,13 +26,22 @@ func join(a net.Conn, ar io.Reader, b net.Conn, br io.Reader) (aToB, bToA int64)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		aToB, _ = io.Copy(b, ar)
+		aToB = relay(b, ar)
 		closeWrite(b)
 	}()
-	bToA, _ = io.Copy(a, br)
+	bToA = relay(a, br)
 	closeWrite(a)
 	<-done
 	return aToB, bToA
+}
+
+// relay copies src to dst with reads and writes, as nginx's stream module
+// does, through each side's own Read and Write (a sockConn's): io.Copy
+// would let a TCP connection splice, or write with net.TCPConn's Write,
+// which for the small messages of most streams costs more system calls.
+func relay(dst io.Writer, src io.Reader) int64 {
+	n, _ := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, make([]byte, 32<<10))
+	return n
 }
 
 func closeWrite(c net.Conn) {

@@ -36,6 +36,7 @@ type upConn struct {
 	wdl     time.Time // the write deadline last set
 	fd      int       // c's descriptor (the socket's, under TLS), for alive; -1 when it has none
 	tls     *tls.Conn // c, when the backend speaks TLS
+	sock    *sockConn // c, when it is plain TCP
 }
 
 // extendWriteDeadline is reader.extendDeadline for writes.
@@ -150,8 +151,11 @@ func (p *addrPool) dial(ctx context.Context, b *backend, tconf *tls.Config) (*up
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	c = newSockConn(c)
 	uc := &upConn{pool: p, created: time.Now(), fd: peekFD(c)}
-	if tconf != nil {
+	if tconf == nil {
+		uc.sock, _ = c.(*sockConn)
+	} else {
 		if c, err = b.handshake(ctx, c, tconf); err != nil {
 			return nil, err
 		}
@@ -203,7 +207,7 @@ func (uc *upConn) alive() bool {
 		return true
 	}
 	var b [1]byte
-	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(uc.fd), uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(uc.fd), uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
 	if errno != unix.EAGAIN {
 		return false
 	}

@@ -1,0 +1,184 @@
+package proxy
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// sockConn is a plain TCP connection of the HTTP/1.1 path whose reads and
+// writes are made with raw system calls through its RawConn, waiting in
+// the runtime's poller as net.TCPConn does. Two things are saved per
+// request, measured in docs/benchmarks.md:
+//
+//   - net.TCPConn tells the scheduler about every system call (entersyscall),
+//     and the runtime's monitor hands the processor of a worker whose
+//     system call is slow to return (a busy machine preempted it) to another
+//     thread, to be handed back afterwards: futex wake-ups and context
+//     switches. A read or write of a non-blocking socket never blocks, so
+//     it need not be announced.
+//   - Go's Read tries a read before it waits, and right after a request is
+//     sent upstream that read always finds nothing (EAGAIN). holdNext lets
+//     the request's last write happen inside the wait for its response:
+//     the wait is armed first (RawConn.Read resets the readiness), so no
+//     readiness is missed.
+//
+// A sockConn's Read and Write may run at the same time (a tunnel's two
+// directions): each has its own fields.
+type sockConn struct {
+	*net.TCPConn
+	rc syscall.RawConn
+
+	// The read's buffer and results, for read, bound once as readFn so
+	// that no closure is allocated per call.
+	rp     []byte
+	rn     int
+	rerr   error
+	readFn func(uintptr) bool
+	sendFn func(uintptr) bool
+
+	// The write's, likewise.
+	wp      []byte
+	wn      int
+	werr    error
+	writeFn func(uintptr) bool
+
+	hold bool   // the next Write is held for the next Read
+	held []byte // the bytes held: the writer's buffer, untouched until then
+}
+
+// newSockConn returns c as a sockConn, or c itself when it is not plain
+// TCP.
+func newSockConn(c net.Conn) net.Conn {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	s := &sockConn{TCPConn: tc, rc: rc}
+	s.readFn, s.sendFn, s.writeFn = s.read, s.sendThenRead, s.write
+	return s
+}
+
+// holdNext makes the next Write (a bufio.Writer's Flush) return at once
+// and leaves its bytes to the next Read, which sends them from inside its
+// wait. The caller must not touch the slice written until then, and must
+// Read next.
+func (c *sockConn) holdNext() { c.hold = true }
+
+// unhold cancels a holdNext that no Write took.
+func (c *sockConn) unhold() { c.hold = false }
+
+func (c *sockConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	fn := c.readFn
+	if c.held != nil {
+		fn = c.sendFn
+	}
+	c.rp = p
+	err := c.rc.Read(fn)
+	n, rerr := c.rn, c.rerr
+	c.rp, c.rn, c.rerr, c.held = nil, 0, nil, nil
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr != nil:
+		return 0, rerr
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// read reads once into rp; false means "nothing yet: wait".
+func (c *sockConn) read(fd uintptr) bool {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&c.rp[0])), uintptr(len(c.rp)))
+		switch e {
+		case 0:
+			c.rn = int(n)
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		c.rerr = os.NewSyscallError("read", e)
+		return true
+	}
+}
+
+// sendThenRead writes the held bytes the first time, then reads.
+func (c *sockConn) sendThenRead(fd uintptr) bool {
+	if c.held == nil {
+		return c.read(fd)
+	}
+	out := c.held
+	c.held = nil
+	for len(out) > 0 {
+		n, _, e := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&out[0])), uintptr(len(out)))
+		switch e {
+		case 0:
+			out = out[n:]
+			continue
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			// No room: the rest with a write that waits for it (under
+			// the write deadline). Rare: the held bytes are a buffer's.
+			if _, err := c.TCPConn.Write(out); err != nil {
+				c.rerr = err
+				return true
+			}
+			return false
+		}
+		c.rerr = os.NewSyscallError("write", e)
+		return true
+	}
+	return false // sent: wait for the answer
+}
+
+func (c *sockConn) Write(p []byte) (int, error) {
+	if c.hold {
+		c.hold, c.held = false, p
+		return len(p), nil
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.wp = p
+	err := c.rc.Write(c.writeFn)
+	n, werr := c.wn, c.werr
+	c.wp, c.wn, c.werr = nil, 0, nil
+	if err == nil {
+		err = werr
+	}
+	return n, err
+}
+
+// write writes wp from wn on; false means "no room: wait".
+func (c *sockConn) write(fd uintptr) bool {
+	for c.wn < len(c.wp) {
+		n, _, e := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&c.wp[c.wn])), uintptr(len(c.wp)-c.wn))
+		switch e {
+		case 0:
+			c.wn += int(n)
+		case unix.EINTR:
+		case unix.EAGAIN:
+			return false
+		default:
+			c.werr = os.NewSyscallError("write", e)
+			return true
+		}
+	}
+	return true
+}
