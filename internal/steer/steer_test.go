@@ -168,6 +168,29 @@ func TestSteerShares(t *testing.T) {
 	}
 }
 
+// The sockets of a share take its new connections in turn: 400 connections
+// over two sockets split exactly 200/200, where the kernel's hash of the
+// 4-tuple splits them unevenly (a standard deviation of 10 each way).
+func TestSteerTakesTurns(t *testing.T) {
+	g, addr, files := setup(t, 2)
+	if err := g.Steer(Share{Slots: []int{0, 1}, Permil: TableSize}); err != nil {
+		t.Fatal(err)
+	}
+	const total, batch = 400, 100
+	got := make([]int, len(files))
+	for range total / batch {
+		for _, c := range dial(t, addr, batch) {
+			c.Close()
+		}
+		for i, n := range acceptAll(t, files, batch) {
+			got[i] += n
+		}
+	}
+	if got[0] != total/2 || got[1] != total/2 {
+		t.Errorf("connections per socket %v, want %d each", got, total/2)
+	}
+}
+
 // Closing a socket that holds queued connections migrates them to the
 // socket the table names (BPF_SK_REUSEPORT_SELECT_OR_MIGRATE): none is
 // reset, and each still carries its bytes.
