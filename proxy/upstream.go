@@ -236,9 +236,11 @@ func pendingInput(c net.Conn) bool {
 	}
 	pending := false
 	rc.Control(func(fd uintptr) {
+		// Raw, as sockConn's: a non-blocking peek need not be announced
+		// to the scheduler (it runs at every client connection's close).
 		var b [1]byte
-		n, _, _ := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		pending = n > 0
+		n, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		pending = errno == 0 && n > 0
 	})
 	return pending
 }
