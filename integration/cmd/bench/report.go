@@ -190,8 +190,16 @@ the request's last write upstream is made inside the wait for the response,
 which also saves Go's read-before-wait there (a read that always returned
 EAGAIN). Per request: 0 futex calls, 0 nanosleeps, 0.41 context switches,
 about 5.8 system calls (nginx 4.4), and about 22% less worker CPU per
-request under wrk (33.6 µs against 43.0 µs, on a busier machine than this
-run's; nginx 36.2 µs).
+request under wrk (33.6 µs against 43.0 µs in alternating runs; nginx
+36.2 µs).
+
+This run's machine was about 2.5 times slower than the previous one's
+(direct keep-alive 31,885 req/s against 91,345), and noisier: quick runs
+alternating the previous build with this one (` + "`go run ./integration/cmd/bench -bin DIR -speed-only -quick -targets baton,nginx`" + `)
+gave keep-alive 0.85-0.92x nginx before and 1.03-1.04x after, and under wrk
+0.61-0.81x before and 0.85-0.96x after. CPU per request of every process
+under wrk, alternating nginx and baton three times (workers, backend, whole
+machine; µs): nginx 32-36, 33-40, 82-94; baton 29-32, 32-35, 75-83.
 
 What is left: a read after each response that finds nothing (Go resets a
 socket's readiness before every wait, so a wait must follow a read that
