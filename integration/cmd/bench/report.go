@@ -64,8 +64,8 @@ func report(r *Results) string {
 	}
 
 	w("\n## 2. Throughput and latency\n\n")
-	w("%d concurrent clients for %s each; the targets take turns, %d round(s), and each keeps\n", r.Settings.Concurrency, r.Settings.ThroughputRun, max(r.Settings.SpeedRounds, 1))
-	w("its best round (by keep-alive req/s). Keep-alive and new-connection HTTP/1.1 GETs of a\n")
+	w("%d concurrent clients for %s each; the targets take turns, %d round(s), each round in\n", r.Settings.Concurrency, r.Settings.ThroughputRun, max(r.Settings.SpeedRounds, 1))
+	w("another order, and each row is a target's best round. Keep-alive and new-connection HTTP/1.1 GETs of a\n")
 	w("3-byte body; TCP: 64-byte echoes back to back on %d streams. Latency in ms. wrk (`-t2\n", r.Settings.Concurrency)
 	w("-c%d`, keep-alive) is an independent cross-check of the keep-alive row.\n\n", r.Settings.Concurrency)
 	w("| target | keep-alive req/s | p50 | p99 | p99.9 | wrk req/s | wrk p99 | new-conn req/s | p99 | TCP echoes/s | p99 |\n")
