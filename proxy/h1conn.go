@@ -753,6 +753,7 @@ func (hc *h1conn) upgrade(rt *route, set *endpointSet, a *attempt) bool {
 		return false
 	}
 	hc.f.inflight.Add(1)
+	keepAlive(hc.c) // a tunnel may be silent for long
 	tunnel(hc.c, hc.rd, uc.c, uc.rd)
 	hc.f.inflight.Done()
 	uc.c.Close()

@@ -120,6 +120,10 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 			if i < len(l.Sockets) {
 				idx = l.Sockets[i]
 			}
+			if lc := p.listenerConfig(l.Name); lc != nil {
+				deferAccept(ln, lc.Protocol == config.ProtocolHTTP)
+				ln = newRawListener(ln, lc.Protocol == config.ProtocolTCP)
+			}
 			got[l.Name] = append(got[l.Name], p.gate(l.Name, idx, ln))
 		}
 	}

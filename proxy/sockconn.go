@@ -30,7 +30,9 @@ import (
 // A sockConn's Read and Write may run at the same time (a tunnel's two
 // directions): each has its own fields.
 type sockConn struct {
-	*net.TCPConn
+	// Conn is the connection: a *net.TCPConn, or the *acceptedConn of a
+	// socket that rawListener took.
+	net.Conn
 	rc syscall.RawConn
 
 	// The read's buffer and results, for read, bound once as readFn so
@@ -49,6 +51,13 @@ type sockConn struct {
 
 	hold bool   // the next Write is held for the next Read
 	held []byte // the bytes held: the writer's buffer, untouched until then
+
+	// lazyNoDelay: TCP_NODELAY is set before the connection's second
+	// write, not at accept (nginx's way). A connection that answers once
+	// and closes writes once, and a single write never waits for Nagle;
+	// from the second on, a small write would wait for the first's ACK.
+	lazyNoDelay bool
+	wrote       bool
 }
 
 // newSockConn returns c as a sockConn, or c itself when it is not plain
@@ -62,10 +71,26 @@ func newSockConn(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	s := &sockConn{TCPConn: tc, rc: rc}
+	return newSockConnRaw(tc, rc)
+}
+
+// newSockConnRaw returns c, whose socket rc reaches, as a sockConn.
+func newSockConnRaw(c net.Conn, rc syscall.RawConn) *sockConn {
+	s := &sockConn{Conn: c, rc: rc}
 	s.readFn, s.sendFn, s.writeFn = s.read, s.sendThenRead, s.write
 	return s
 }
+
+// CloseWrite shuts down the writing side of the connection.
+func (c *sockConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
+
+// SyscallConn returns the connection's socket.
+func (c *sockConn) SyscallConn() (syscall.RawConn, error) { return c.rc, nil }
 
 // holdNext makes the next Write (a bufio.Writer's Flush) return at once
 // and leaves its bytes to the next Read, which sends them from inside its
@@ -135,7 +160,7 @@ func (c *sockConn) sendThenRead(fd uintptr) bool {
 		case unix.EAGAIN:
 			// No room: the rest with a write that waits for it (under
 			// the write deadline). Rare: the held bytes are a buffer's.
-			if _, err := c.TCPConn.Write(out); err != nil {
+			if _, err := c.Conn.Write(out); err != nil {
 				c.rerr = err
 				return true
 			}
@@ -154,6 +179,13 @@ func (c *sockConn) Write(p []byte) (int, error) {
 	}
 	if len(p) == 0 {
 		return 0, nil
+	}
+	if c.lazyNoDelay {
+		if c.wrote {
+			c.lazyNoDelay = false
+			c.rc.Control(setNoDelay)
+		}
+		c.wrote = true
 	}
 	c.wp = p
 	err := c.rc.Write(c.writeFn)
@@ -181,4 +213,28 @@ func (c *sockConn) write(fd uintptr) bool {
 		}
 	}
 	return true
+}
+
+// setNoDelay sets TCP_NODELAY on the socket fd, which also sends at once
+// what Nagle's algorithm was holding back.
+func setNoDelay(fd uintptr) { rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1) }
+
+// setKeepAlive turns TCP keep-alive on for fd as Go's net package does by
+// default (probes after 15 s idle, every 15 s, 9 of them): for connections
+// that may be silent for long, TCP streams and tunnels, so that a peer gone
+// without a word is noticed.
+func setKeepAlive(fd uintptr) {
+	rawSetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, 15)
+	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 15)
+	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 9)
+}
+
+// rawSetsockoptInt sets an integer socket option. Setting one never
+// blocks, so, as sockConn's reads and writes, it is not announced to the
+// scheduler.
+func rawSetsockoptInt(fd uintptr, level, opt, value int) syscall.Errno {
+	v := int32(value)
+	_, _, e := unix.RawSyscall6(unix.SYS_SETSOCKOPT, fd, uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&v)), unsafe.Sizeof(v), 0)
+	return e
 }

@@ -1,0 +1,254 @@
+package proxy
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/baton-proxy/baton/internal/sockfd"
+	"golang.org/x/sys/unix"
+)
+
+// rawListener accepts a TCP listener's connections with accept4 itself,
+// through the listener's RawConn, waiting in the runtime's poller as
+// net.TCPListener does. What it saves per connection, measured in
+// docs/benchmarks.md: net.TCPListener's Accept sets TCP_NODELAY and four
+// TCP keep-alive options and asks for the local address (six system
+// calls, each announced to the scheduler); nginx makes none of them. Here
+// TCP_NODELAY waits for the connection's second write (sockConn), the
+// keep-alive options are set only where a connection may be silent for
+// long (keepAlive: TCP streams; tunnels set them when they start), and the
+// local address is asked for only when someone wants it.
+//
+// The listener's own RawConn cannot wait (net's listeners refuse Read),
+// so a rawListener waits on a duplicate of the socket's descriptor held
+// as a pollable *os.File; the net.TCPListener stays open beside it, for
+// whoever else holds it (an orphaned worker hands it to the next
+// supervisor), and is closed with it.
+//
+// One goroutine accepts on a rawListener at a time (the accept loop).
+type rawListener struct {
+	*net.TCPListener
+	f         *os.File // the duplicate Accept waits on
+	rc        syscall.RawConn
+	keepAlive bool
+	closed    atomic.Bool
+
+	// accept's results, bound once as acceptFn so that no closure is
+	// allocated per call.
+	nfd      int
+	rsa      unix.RawSockaddrAny
+	rsaLen   uint32
+	aerr     syscall.Errno
+	acceptFn func(uintptr) bool
+}
+
+// newRawListener returns ln as a rawListener when it is TCP, else ln.
+func newRawListener(ln net.Listener, keepAlive bool) net.Listener {
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		return ln
+	}
+	f, err := sockfd.Dup(tl, "listener")
+	if err != nil {
+		return ln
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return ln
+	}
+	l := &rawListener{TCPListener: tl, f: f, rc: rc, keepAlive: keepAlive}
+	l.acceptFn = l.accept
+	return l
+}
+
+// Accept waits for a connection and returns it as a *sockConn. Its
+// errors are net.TCPListener's: net.ErrClosed once the listener is
+// closed, os.ErrDeadlineExceeded past its deadline.
+func (l *rawListener) Accept() (net.Conn, error) {
+	for {
+		l.nfd, l.aerr = -1, 0
+		if err := l.rc.Read(l.acceptFn); err != nil {
+			if l.closed.Load() {
+				return nil, net.ErrClosed // the file says "use of closed file"
+			}
+			return nil, err
+		}
+		switch l.aerr {
+		case 0:
+		case unix.ECONNABORTED:
+			continue // gone before it was taken, as net retries
+		default:
+			return nil, os.NewSyscallError("accept4", l.aerr)
+		}
+		c, err := l.newConn()
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+}
+
+// SetDeadline sets the deadline of the wait in Accept.
+func (l *rawListener) SetDeadline(t time.Time) error { return l.f.SetDeadline(t) }
+
+// Close ends a waiting Accept and closes the listener.
+func (l *rawListener) Close() error {
+	l.closed.Store(true)
+	l.f.Close()
+	return l.TCPListener.Close()
+}
+
+// accept takes one connection; false means "none yet: wait".
+func (l *rawListener) accept(fd uintptr) bool {
+	for {
+		l.rsaLen = uint32(unsafe.Sizeof(l.rsa))
+		r, _, e := unix.RawSyscall6(unix.SYS_ACCEPT4, fd, uintptr(unsafe.Pointer(&l.rsa)), uintptr(unsafe.Pointer(&l.rsaLen)), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
+		switch e {
+		case 0:
+			l.nfd = int(r)
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		l.aerr = e
+		return true
+	}
+}
+
+// newConn wraps the descriptor accepted.
+func (l *rawListener) newConn() (*sockConn, error) {
+	remote := sockaddrTCP(&l.rsa)
+	f := os.NewFile(uintptr(l.nfd), "tcp")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if l.keepAlive {
+		rc.Control(setKeepAlive)
+	}
+	c := newSockConnRaw(&acceptedConn{f: f, rc: rc, remote: remote, ln: l.TCPListener}, rc)
+	c.lazyNoDelay = true
+	return c, nil
+}
+
+// sockaddrTCP returns the TCP address in rsa (IPv4 or IPv6).
+func sockaddrTCP(rsa *unix.RawSockaddrAny) *net.TCPAddr {
+	switch rsa.Addr.Family {
+	case unix.AF_INET:
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(rsa))
+		return net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), ntohs(sa.Port)))
+	case unix.AF_INET6:
+		sa := (*unix.RawSockaddrInet6)(unsafe.Pointer(rsa))
+		return net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), ntohs(sa.Port)))
+	}
+	return &net.TCPAddr{}
+}
+
+// ntohs turns a port in network byte order, as a sockaddr holds it, into
+// a number.
+func ntohs(p uint16) uint16 {
+	b := (*[2]byte)(unsafe.Pointer(&p))
+	return uint16(b[0])<<8 | uint16(b[1])
+}
+
+// acceptedConn is a TCP connection that rawListener took: its socket as
+// an *os.File, which waits in the runtime's poller (deadlines included) as
+// a net.TCPConn does.
+type acceptedConn struct {
+	f      *os.File
+	rc     syscall.RawConn
+	remote *net.TCPAddr
+	ln     *net.TCPListener // for LocalAddr when the socket cannot say
+	local  net.Addr
+}
+
+func (c *acceptedConn) Read(p []byte) (int, error)  { return c.f.Read(p) }
+func (c *acceptedConn) Write(p []byte) (int, error) { return c.f.Write(p) }
+func (c *acceptedConn) Close() error                { return c.f.Close() }
+func (c *acceptedConn) RemoteAddr() net.Addr        { return c.remote }
+
+// LocalAddr returns the address the client connected to, asked of the
+// socket the first time.
+func (c *acceptedConn) LocalAddr() net.Addr {
+	if c.local == nil {
+		c.local = c.ln.Addr()
+		c.rc.Control(func(fd uintptr) {
+			if sa, err := unix.Getsockname(int(fd)); err == nil {
+				switch sa := sa.(type) {
+				case *unix.SockaddrInet4:
+					c.local = net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)))
+				case *unix.SockaddrInet6:
+					c.local = net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port)))
+				}
+			}
+		})
+	}
+	return c.local
+}
+
+func (c *acceptedConn) SetDeadline(t time.Time) error      { return c.f.SetDeadline(t) }
+func (c *acceptedConn) SetReadDeadline(t time.Time) error  { return c.f.SetReadDeadline(t) }
+func (c *acceptedConn) SetWriteDeadline(t time.Time) error { return c.f.SetWriteDeadline(t) }
+
+// CloseWrite shuts down the writing side: the peer reads EOF.
+func (c *acceptedConn) CloseWrite() error {
+	var err error
+	if cerr := c.rc.Control(func(fd uintptr) { err = unix.Shutdown(int(fd), unix.SHUT_WR) }); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// SyscallConn returns the socket.
+func (c *acceptedConn) SyscallConn() (syscall.RawConn, error) { return c.rc, nil }
+
+// keepAlive turns TCP keep-alive on for c's socket, through TLS and a
+// PROXY header.
+func keepAlive(c net.Conn) {
+	for {
+		nc, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		c = nc.NetConn()
+	}
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			rc.Control(setKeepAlive)
+		}
+	}
+}
+
+// deferAccept sets TCP_DEFER_ACCEPT on a listening socket of an http
+// listener (1 s, as nginx's "listen ... deferred"; off: 0): the kernel
+// hands over a connection once its first bytes have arrived, so a worker
+// is not woken for a connection with nothing to read yet, and its first
+// read finds the request. Every client of an http listener speaks first
+// (HTTP, TLS, the PROXY protocol); one silent past the second is handed
+// over all the same. The option belongs to the socket, shared with the
+// supervisor and every generation: each generation sets it as its config
+// says.
+func deferAccept(ln net.Listener, on bool) {
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		return
+	}
+	rc, err := tl.SyscallConn()
+	if err != nil {
+		return
+	}
+	v := 0
+	if on {
+		v = 1
+	}
+	rc.Control(func(fd uintptr) { rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, v) })
+}

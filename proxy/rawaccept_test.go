@@ -1,0 +1,198 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// rawPair listens on network's loopback with a rawListener, dials it and
+// returns the accepted sockConn and the client's end.
+func rawPair(t *testing.T, network, addr string, keepAlive bool) (*sockConn, net.Conn, *rawListener) {
+	t.Helper()
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		t.Skipf("listen %s %s: %v", network, addr, err)
+	}
+	rl, ok := newRawListener(ln, keepAlive).(*rawListener)
+	if !ok {
+		t.Fatal("newRawListener did not wrap a TCP listener")
+	}
+	t.Cleanup(func() { rl.Close() })
+	client, err := net.Dial(network, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	c, err := rl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c.(*sockConn), client, rl
+}
+
+func sockoptInt(t *testing.T, c syscall.Conn, level, opt int) int {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	var gerr error
+	rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), level, opt) })
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	return v
+}
+
+// The accepted connection carries the client's address, reads and writes
+// both ways, half-closes, and says where it was accepted.
+func TestRawListenerAccept(t *testing.T) {
+	for _, tc := range []struct{ network, addr string }{{"tcp4", "127.0.0.1:0"}, {"tcp6", "[::1]:0"}} {
+		t.Run(tc.network, func(t *testing.T) {
+			c, client, rl := rawPair(t, tc.network, tc.addr, false)
+			if got, want := c.RemoteAddr().String(), client.LocalAddr().String(); got != want {
+				t.Errorf("RemoteAddr = %s, want the client's %s", got, want)
+			}
+			if got, want := c.LocalAddr().String(), rl.Addr().String(); got != want {
+				t.Errorf("LocalAddr = %s, want %s", got, want)
+			}
+			client.Write([]byte("ping"))
+			buf := make([]byte, 8)
+			if n, err := c.Read(buf); err != nil || string(buf[:n]) != "ping" {
+				t.Fatalf("Read = %q, %v", buf[:n], err)
+			}
+			if _, err := c.Write([]byte("pong")); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := io.ReadAll(client); err != nil || string(b) != "pong" {
+				t.Fatalf("client read %q, %v; want pong then EOF", b, err)
+			}
+		})
+	}
+}
+
+// Closing the listener ends a waiting Accept with net.ErrClosed, which ends
+// accept loops; a deadline ends it with os.ErrDeadlineExceeded, which the
+// canary's pause relies on.
+func TestRawListenerCloseAndDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl := newRawListener(ln, false).(*rawListener)
+	rl.SetDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := rl.Accept(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Accept past the deadline = %v, want os.ErrDeadlineExceeded", err)
+	}
+	rl.SetDeadline(time.Time{})
+	done := make(chan error)
+	go func() {
+		_, err := rl.Accept()
+		done <- err
+	}()
+	time.Sleep(10 * time.Millisecond) // let Accept wait (a close before it is the same result)
+	rl.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Accept after Close = %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Accept still waits after Close")
+	}
+}
+
+// TCP_NODELAY is off for a connection's first write and on from its
+// second; keep-alive is on only where the listener asks for it.
+func TestRawListenerSocketOptions(t *testing.T) {
+	c, client, _ := rawPair(t, "tcp", "127.0.0.1:0", false)
+	if sockoptInt(t, c, unix.IPPROTO_TCP, unix.TCP_NODELAY) != 0 {
+		t.Fatal("TCP_NODELAY set at accept")
+	}
+	if sockoptInt(t, c, unix.SOL_SOCKET, unix.SO_KEEPALIVE) != 0 {
+		t.Fatal("keep-alive set on an http listener's connection")
+	}
+	go io.Copy(io.Discard, client)
+	c.Write([]byte("one"))
+	if sockoptInt(t, c, unix.IPPROTO_TCP, unix.TCP_NODELAY) != 0 {
+		t.Fatal("TCP_NODELAY set after one write")
+	}
+	c.Write([]byte("two"))
+	if sockoptInt(t, c, unix.IPPROTO_TCP, unix.TCP_NODELAY) == 0 {
+		t.Fatal("TCP_NODELAY not set by the second write")
+	}
+
+	s, _, _ := rawPair(t, "tcp", "127.0.0.1:0", true)
+	if sockoptInt(t, s, unix.SOL_SOCKET, unix.SO_KEEPALIVE) != 1 || sockoptInt(t, s, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE) != 15 {
+		t.Fatal("a TCP listener's connection has no keep-alive (15 s)")
+	}
+	keepAlive(c)
+	if sockoptInt(t, c, unix.SOL_SOCKET, unix.SO_KEEPALIVE) != 1 {
+		t.Fatal("keepAlive did not turn keep-alive on")
+	}
+}
+
+// With deferAccept, a connection is handed over once its first bytes came:
+// Accept does not return for a silent one, and the request is there at
+// the first read.
+func TestDeferAccept(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deferAccept(ln, true)
+	if sockoptInt(t, ln.(*net.TCPListener), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT) == 0 {
+		t.Fatal("TCP_DEFER_ACCEPT not set")
+	}
+	rl := newRawListener(ln, false).(*rawListener)
+	defer rl.Close()
+	silent, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	rl.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	if c, err := rl.Accept(); err == nil {
+		c.Close()
+		t.Fatal("a connection that sent nothing was accepted at once")
+	}
+	rl.SetDeadline(time.Time{})
+	talker, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer talker.Close()
+	talker.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+	var c net.Conn
+	for c == nil {
+		a, err := rl.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		// The silent one comes too once its second is over (on a slow
+		// machine, maybe first): only the one that spoke matters here.
+		if a.RemoteAddr().String() == talker.LocalAddr().String() {
+			c = a
+		}
+	}
+	if !pendingInput(c) {
+		t.Fatal("the accepted connection's request is not there yet")
+	}
+	deferAccept(ln, false)
+	if sockoptInt(t, ln.(*net.TCPListener), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT) != 0 {
+		t.Fatal("TCP_DEFER_ACCEPT not cleared")
+	}
+}
