@@ -6,10 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"net/http/httputil"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,8 +55,6 @@ type backend struct {
 	// its response head.
 	connectTime, responseTime metrics.Histogram
 
-	transport *http.Transport        // the HTTP/2 frontend's way upstream
-	proxy     *httputil.ReverseProxy // the HTTP/2 frontend's proxy
 	// tlsConf, when set, is how connections to the endpoints speak TLS
 	// (config tls); each endpoint has it with its ServerName.
 	tlsConf *tls.Config
@@ -127,17 +122,6 @@ func newBackend(bc config.Backend, headMax int) *backend {
 			eps = append(eps, kube.Endpoint{Address: a, Ready: true, Serving: true})
 		}
 		b.update(eps, nil)
-	}
-	b.transport = &http.Transport{
-		DialContext:           b.dialAddr,
-		MaxIdleConns:          0, // no global limit; per address below
-		MaxIdleConnsPerHost:   maxIdlePerAddress,
-		IdleConnTimeout:       bc.IdleTimeout.Std(),
-		ResponseHeaderTimeout: bc.ResponseTimeout.Std(),
-		DisableCompression:    true,
-		ExpectContinueTimeout: time.Second,
-		ForceAttemptHTTP2:     false,
-		TLSClientConfig:       b.tlsConf, // used for https:// (newReverseProxy)
 	}
 	return b
 }
@@ -271,16 +255,6 @@ func (ep *endpoint) conn(ctx context.Context, b *backend, fresh bool) (*upConn, 
 	return uc, nil
 }
 
-func (b *backend) dialAddr(ctx context.Context, network, addr string) (net.Conn, error) {
-	start := time.Now()
-	c, err := b.dialer.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, &dialError{err}
-	}
-	b.connectTime.Observe(time.Since(start)) // TCP only: the transport does TLS
-	return c, nil
-}
-
 // dialStream connects a TCP stream to an endpoint, moving on to another
 // when a connect fails.
 func (b *backend) dialStream(ctx context.Context) (net.Conn, *endpoint, error) {
@@ -318,69 +292,6 @@ func (b *backend) dialStream(ctx context.Context) (net.Conn, *endpoint, error) {
 	}
 }
 
-// RoundTrip sends an HTTP/2 frontend's request to an endpoint, moving on
-// to another when the connection fails before anything was sent.
-func (b *backend) RoundTrip(req *http.Request) (*http.Response, error) {
-	var body *onceBody
-	if req.Body != nil && req.Body != http.NoBody {
-		body = &onceBody{rc: req.Body}
-	}
-	set := b.set.Load()
-	var a attempt
-	err := error(errNoEndpoint)
-	start := time.Now()
-	for {
-		ep := b.pick(set, &a)
-		if ep == nil {
-			break
-		}
-		a.tried(ep)
-		r := *req
-		u := *req.URL
-		u.Host = ep.addr
-		r.URL = &u
-		if body != nil {
-			r.Body = body
-		}
-		ep.inflight.Add(1)
-		var resp *http.Response
-		resp, err = b.transport.RoundTrip(&r)
-		ep.inflight.Add(-1)
-		if err == nil {
-			b.responseTime.Observe(time.Since(start))
-			return resp, nil
-		}
-		var de *dialError
-		if !errors.As(err, &de) {
-			break
-		}
-		ep.connectFailed()
-		b.connectFailures.Add(1)
-		if (body != nil && body.read.Load()) || req.Context().Err() != nil {
-			break
-		}
-	}
-	if body != nil {
-		body.rc.Close()
-	}
-	return nil, err
-}
-
-// onceBody keeps a request body open across connect retries: the transport
-// closes the body of a request it could not send, but nothing was read from
-// it, so the next attempt can still send it.
-type onceBody struct {
-	rc   io.ReadCloser
-	read atomic.Bool
-}
-
-func (b *onceBody) Read(p []byte) (int, error) {
-	b.read.Store(true)
-	return b.rc.Read(p)
-}
-
-func (b *onceBody) Close() error { return nil } // the server closes the real body
-
 // reap closes the backend's pooled connections idle past its idleTimeout.
 func (b *backend) reap(now time.Time) {
 	b.mu.Lock()
@@ -391,7 +302,6 @@ func (b *backend) reap(now time.Time) {
 }
 
 func (b *backend) close() {
-	b.transport.CloseIdleConnections()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, ep := range b.byAddr {

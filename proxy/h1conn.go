@@ -95,7 +95,7 @@ func (hc *h1conn) serve() {
 			return
 		}
 		if head == nil {
-			return // handed over to HTTP/2
+			return // served as HTTP/2
 		}
 		if !hc.handle(head) {
 			return
@@ -163,16 +163,14 @@ func (hc *h1conn) handshake() bool {
 		return false
 	}
 	if hc.tls.ConnectionState().NegotiatedProtocol == "h2" {
-		if hc.f.h2.hand(hc.tls) {
-			hc.c, hc.tls = nil, nil // the HTTP/2 server owns it now
-		}
+		hc.serveH2(hc.tls)
 		return false
 	}
 	return true
 }
 
 // readRequestHead waits for the next request head. It returns nil, nil
-// when the connection turned out to be HTTP/2 and was handed over.
+// when the connection turned out to be HTTP/2, and was served as such.
 func (hc *h1conn) readRequestHead(first bool) ([]byte, error) {
 	cfg := &hc.f.p.cfg.HTTP
 	if len(hc.rd.Buffered()) == 0 {
@@ -230,8 +228,8 @@ func (hc *h1conn) activate() {
 
 var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 
-// maybeHTTP2 reads the whole HTTP/2 preface and hands the connection to the
-// HTTP/2 server.
+// maybeHTTP2 reads the whole HTTP/2 preface and serves the connection as
+// HTTP/2 (prior knowledge, RFC 9113 §3.3).
 func (hc *h1conn) maybeHTTP2() error {
 	for len(hc.rd.Buffered()) < len(h2Preface) {
 		if err := hc.rd.Fill(); err != nil {
@@ -242,18 +240,15 @@ func (hc *h1conn) maybeHTTP2() error {
 		return errNotHTTP2
 	}
 	hc.rd.SetDeadline(time.Time{})
-	pc := &prefixConn{Conn: hc.c, prefix: append([]byte(nil), hc.rd.Buffered()...)}
-	if !hc.f.h2.hand(pc) {
-		return errDraining
-	}
-	hc.c = nil // the HTTP/2 server owns it now
+	hc.serveH2(&prefixConn{Conn: hc.c, prefix: append([]byte(nil), hc.rd.Buffered()...)})
+	hc.rd.Consume(len(hc.rd.Buffered())) // HTTP/2's, not unread input
 	return nil
 }
 
-var (
-	errDraining = errors.New("draining")
-	errNotHTTP2 = &h1.Error{Status: 400, Reason: "malformed HTTP/2 preface"}
-)
+// errNotHTTP2 is a connection that began as the HTTP/2 preface begins and
+// then broke it: a connection error (RFC 9113 §3.4), closed without an
+// answer, which it could not read as either protocol.
+var errNotHTTP2 = errors.New("malformed HTTP/2 preface")
 
 // handle proxies one request whose head is head, and logs it when the
 // access log is on. It reports whether the connection may serve another.
@@ -321,34 +316,21 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 		return hc.refuse(err)
 	}
 	hc.noteRequest()
-	rt := p.router.matchBytes(hc.f.name, req.Authority, req.MatchPath())
-	if rt == nil {
-		return hc.errorResponse(404, req.HasBody() || req.Close)
-	}
-	if rt.maxBody > 0 && req.ContentLength > rt.maxBody {
+	var a attempt
+	rt, set, status := p.route(hc.f.name, req, &a, &hc.entry)
+	switch status {
+	case 0:
+	case 413:
 		return hc.errorResponse(413, true) // before 100 Continue: the body never comes
+	case 503:
+		// The route stays; its Service has nothing serving right now.
+		rt.backend.errors.Add(1)
+		hc.failed(rt, "", "connect", "503", errNoEndpoint)
+		fallthrough
+	default:
+		return hc.errorResponse(status, req.HasBody() || req.Close)
 	}
 	b := rt.backend
-	b.requests.Add(1)
-	hc.entry.backend = b.name
-	set := b.set.Load()
-	if len(set.active) == 0 {
-		// The route stays; its Service has nothing serving right now.
-		b.errors.Add(1)
-		hc.failed(rt, "", "connect", "503", errNoEndpoint)
-		return hc.errorResponse(503, req.HasBody() || req.Close)
-	}
-	var a attempt
-	switch b.cfg.Balancer {
-	case config.BalancerCookie:
-		if v := cookieValue(req, b.cfg.Cookie); v != nil {
-			a.sticky = set.serving[string(v)]
-		}
-	case config.BalancerHashHeader:
-		if v := req.Field(b.hashHeader); v != nil {
-			a.hash, a.hashed = hashBytes(v), true
-		}
-	}
 	if req.Upgrade != nil {
 		return hc.upgrade(rt, set, &a)
 	}
@@ -358,75 +340,13 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 		}
 	}
 	replayable := idempotent(req.Method) && (!req.HasBody() || hc.bodyState == bodyWhole)
-	retries := 0
-	var (
-		uc  *upConn
-		ep  *endpoint
-		err error
-	)
-	// Each failure is logged once, with what follows it: another
-	// endpoint, a retry, or the answer. giveUp answers when none is left.
-	giveUp := func(addr, stage string, err error) bool {
-		b.errors.Add(1)
-		status := upstreamStatus(err)
-		if err == nil {
-			err = errNoEndpoint // every endpoint ejected
-		}
-		hc.failed(rt, addr, stage, strconv.Itoa(status), err)
-		return hc.errorResponse(status, true)
-	}
-	if ep = b.pick(set, &a); ep == nil {
-		return giveUp("", "connect", nil)
-	}
-	a.tried(ep)
 	upStart := time.Now()
-	for fresh := false; ; {
-		uc, err = ep.conn(context.Background(), b, fresh)
-		if err != nil {
-			// Nothing was sent: another endpoint, always.
-			b.connectFailures.Add(1)
-			addr := ep.addr
-			if ep, fresh = b.pick(set, &a), false; ep == nil {
-				return giveUp(addr, "connect", err)
-			}
-			a.tried(ep)
-			hc.failed(rt, addr, "connect", "next endpoint", err)
-			continue
-		}
-		ep.inflight.Add(1)
-		err = hc.sendRequest(uc, rt)
-		if err == nil {
-			err = hc.readResponseHead(uc, b)
-		}
-		if err == nil {
-			break
-		}
-		ep.inflight.Add(-1)
-		uc.c.Close()
-		if !upstreamFault(err) {
-			// The client's side failed (went away, or sent a body that
-			// breaks a rule or the limit): nothing to retry.
-			return hc.bodyFailed(err)
-		}
-		switch {
-		case uc.reuse && replayable && !fresh && len(uc.rd.Buffered()) == 0:
-			// A pooled connection the backend had closed: the same
-			// endpoint, on a new connection.
-			hc.failed(rt, ep.addr, "response", "retry on a new connection", err)
-			fresh = true
-			b.retries.Add(1)
-		case replayable && retries < b.cfg.Retries:
-			addr := ep.addr
-			if ep, fresh = b.pick(set, &a), false; ep == nil {
-				return giveUp(addr, "response", err)
-			}
-			a.tried(ep)
-			hc.failed(rt, addr, "response", "retry on another endpoint", err)
-			retries++
-			b.retries.Add(1)
-		default:
-			return giveUp(ep.addr, "response", err)
-		}
+	uc, ep, status, err := exchangeUpstream(hc, rt, set, &a, replayable, &hc.resp)
+	switch {
+	case err != nil:
+		return hc.bodyFailed(err)
+	case uc == nil:
+		return hc.errorResponse(status, true)
 	}
 	hc.entry.upstream, hc.entry.backend, hc.entry.endpoint = time.Since(upStart), b.name, ep.addr
 	b.responseTime.Observe(hc.entry.upstream)
@@ -567,28 +487,17 @@ func (hc *h1conn) sendRequest(uc *upConn, rt *route) error {
 	if err := hc.sendContinue(); err != nil {
 		return err
 	}
-	extendWriteDeadline(uc.c, &uc.wdl, time.Now(), rt.backend.responseTimeout)
-	framing := h1.Framing{Length: req.ContentLength, Chunked: req.Chunked}
-	if hc.bodyState == bodyWhole {
-		framing = h1.Framing{Length: int64(len(hc.body.b))}
-	}
 	proto := "http"
 	if hc.tls != nil {
 		proto = "https"
 	}
-	req.WriteHead(uc.bw, framing, &h1.Forwarded{For: hc.client, Proto: proto, Host: uc.pool.addr, Trusted: hc.trusted})
+	writeRequestHead(uc, rt, req, hc.bodyState, hc.body.b, &h1.Forwarded{For: hc.client, Proto: proto, Host: uc.pool.addr, Trusted: hc.trusted})
 	var err error
 	switch hc.bodyState {
-	case bodyWhole:
-		uc.bw.Write(hc.body.b)
 	case bodyPrefix:
-		uc.bw.Write(strconv.AppendInt(uc.bw.AvailableBuffer(), int64(len(hc.body.b)), 16))
-		uc.bw.WriteString("\r\n")
-		uc.bw.Write(hc.body.b)
-		uc.bw.WriteString("\r\n")
 		hc.out.Dst, hc.out.Limit = uc.bw, rt.maxBody
 		err = hc.out.CopyChunked(false)
-	default:
+	case bodyStreamed:
 		hc.out = h1.Body{Src: hc.rd, Dst: uc.bw, Timeout: hc.f.p.cfg.HTTP.IdleTimeout.Std(), Limit: rt.maxBody}
 		switch {
 		case req.Chunked:
@@ -600,36 +509,7 @@ func (hc *h1conn) sendRequest(uc *upConn, rt *route) error {
 	if err != nil {
 		return clientSide(err)
 	}
-	// The last bytes go out from inside the wait for the response.
-	if uc.sock != nil {
-		uc.sock.holdNext()
-		defer uc.sock.unhold()
-	}
-	if err := uc.bw.Flush(); err != nil {
-		return &h1.WriteError{Err: err}
-	}
-	return nil
-}
-
-// readResponseHead reads the response head from uc into hc.resp, skipping
-// interim (1xx) responses other than 101. A head that breaks a rule is an
-// upstream failure.
-func (hc *h1conn) readResponseHead(uc *upConn, b *backend) error {
-	// The operator's bound on the time to a response head: within a
-	// tenth of it (and a second).
-	uc.rd.ExtendDeadlineNear(time.Now(), b.responseTimeout)
-	for {
-		head, err := uc.rd.ReadResponseHead()
-		if err != nil {
-			return &h1.ReadError{Err: err}
-		}
-		if err := hc.resp.Parse(head); err != nil {
-			return &h1.ReadError{Err: err}
-		}
-		if hc.resp.Status >= 200 || hc.resp.Status == 101 {
-			return nil
-		}
-	}
+	return uc.flushRequest()
 }
 
 // forwardResponse writes the response head and body to the client, returns
@@ -681,12 +561,10 @@ func (hc *h1conn) forwardResponse(uc *upConn, rt *route) bool {
 			err = &h1.WriteError{Err: ferr}
 		}
 	}
-	if err != nil || resp.Close || untilEOF || len(uc.rd.Buffered()) > 0 {
-		// Bytes after the end of the response are never another
-		// client's: the connection is not reused.
-		uc.c.Close()
-	} else {
+	if err == nil && reusable(uc, resp, untilEOF) {
 		uc.pool.put(uc, time.Now())
+	} else {
+		uc.c.Close()
 	}
 	if err != nil {
 		var we *h1.WriteError
@@ -734,7 +612,7 @@ func (hc *h1conn) upgrade(rt *route, set *endpointSet, a *attempt) bool {
 	}
 	err = hc.sendRequest(uc, rt)
 	if err == nil {
-		err = hc.readResponseHead(uc, b)
+		err = readResponseHead(uc, &hc.resp, b)
 	}
 	if err != nil {
 		uc.c.Close()

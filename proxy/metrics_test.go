@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/baton-proxy/baton/internal/metrics"
 )
@@ -33,8 +34,9 @@ func TestSeries(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	set := metrics.Set{}
-	set.Add(p.series()...)
+	// A request is counted once its response is out: the last one's
+	// may still be on its way.
+	var set metrics.Set
 	count := func(name string, labels ...string) uint64 {
 		for _, s := range set.Sorted() {
 			match := s.Name == name
@@ -50,6 +52,13 @@ func TestSeries(t *testing.T) {
 			}
 		}
 		return 0
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		set = metrics.Set{}
+		set.Add(p.series()...)
+		if count(metricRequestDuration, "listener", "web", "backend", "app", "code_class", "4xx") >= 2 || time.Now().After(deadline) {
+			break
+		}
 	}
 	if n := count(metricRequestDuration, "listener", "web", "backend", "app", "code_class", "2xx"); n != 4 {
 		t.Errorf("2xx requests of backend app: %d, want 4", n)

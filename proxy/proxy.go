@@ -41,7 +41,6 @@ type Proxy struct {
 	gates   map[string]map[int]*gatedListener
 	paused  map[string][]int
 	fails   failLog
-	buffers bufferPool
 	// changed signals (capacity 1) that a backend's endpoints changed, so
 	// that the worker reports them at once.
 	changed chan struct{}
@@ -100,9 +99,7 @@ func New(cfg *config.Config, log *zap.Logger) *Proxy {
 		p.listenerMetrics[cfg.Listeners[i].Name] = newListenerMetrics(cfg, &cfg.Listeners[i], &p.stats.failures)
 	}
 	for _, bc := range cfg.Backends {
-		b := newBackend(bc, cfg.HTTP.MaxHeaderBytes)
-		b.proxy = p.newReverseProxy(b)
-		p.backends[bc.Name] = b
+		p.backends[bc.Name] = newBackend(bc, cfg.HTTP.MaxHeaderBytes)
 	}
 	p.router = newRouter(cfg, p.backends)
 	return p
@@ -295,18 +292,6 @@ func (p *Proxy) ApplyKube(us []kube.Update) {
 	default:
 	}
 }
-
-// bufferPool recycles the ReverseProxy's copy buffers.
-type bufferPool struct{ pool sync.Pool }
-
-func (bp *bufferPool) Get() []byte {
-	if b, ok := bp.pool.Get().(*[]byte); ok {
-		return *b
-	}
-	return make([]byte, 32<<10)
-}
-
-func (bp *bufferPool) Put(b []byte) { bp.pool.Put(&b) }
 
 // isTrusted reports whether a client's address is a trusted proxy's.
 func (p *Proxy) isTrusted(a netip.Addr) bool {

@@ -51,6 +51,19 @@ func startProxy(t testing.TB, cfgYAML string) (p *Proxy, web, tcp string) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		p.Drain(ctx)
+		// The drain closed every connection without waiting: let their
+		// goroutines end (and log) before the test does.
+		done := make(chan struct{})
+		go func() {
+			for _, f := range p.https {
+				f.conns.Wait()
+			}
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+		}
 	})
 	return p, web, tcp
 }

@@ -23,6 +23,10 @@ type Field struct {
 	drop bool
 }
 
+// Dropped reports whether baton does not forward the field as it came:
+// it is hop-by-hop or framing, or one baton writes itself.
+func (f *Field) Dropped() bool { return f.drop }
+
 // nextLine returns b's first line, without its line end (LF, or CRLF),
 // and the rest. ok is false when b has no LF. A CR elsewhere in the line
 // stays in it, for the character checks to refuse.

@@ -1,0 +1,249 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// h2Client speaks HTTP/2 in the clear (prior knowledge) frame by frame,
+// to send what a real client's library would refuse to.
+type h2Client struct {
+	t   *testing.T
+	c   net.Conn
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	buf bytes.Buffer
+}
+
+func dialH2(t *testing.T, addr string) *h2Client {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	hc := &h2Client{t: t, c: c, fr: http2.NewFramer(c, c)}
+	hc.enc = hpack.NewEncoder(&hc.buf)
+	hc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	io.WriteString(c, http2.ClientPreface)
+	hc.fr.WriteSettings()
+	return hc
+}
+
+// send opens stream id with fields (name, value pairs) and body (none
+// when nil: the HEADERS end the stream).
+func (hc *h2Client) send(id uint32, body []byte, fields ...string) {
+	hc.t.Helper()
+	hc.buf.Reset()
+	for i := 0; i+1 < len(fields); i += 2 {
+		hc.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+	}
+	if err := hc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hc.buf.Bytes(), EndStream: body == nil, EndHeaders: true}); err != nil {
+		hc.t.Fatal(err)
+	}
+	if body != nil {
+		hc.fr.WriteData(id, true, body)
+	}
+}
+
+// h2Response is what came back on a stream.
+type h2Response struct {
+	status string
+	fields []hpack.HeaderField
+	body   []byte
+	reset  http2.ErrCode // the stream was reset with it
+	ended  bool
+}
+
+func (r *h2Response) field(name string) string {
+	for _, f := range r.fields {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+// response reads until stream id ends or is reset.
+func (hc *h2Client) response(id uint32) *h2Response {
+	hc.t.Helper()
+	r := &h2Response{}
+	hc.c.SetReadDeadline(time.Now().Add(conformanceTimeout))
+	for !r.ended && r.reset == 0 {
+		f, err := hc.fr.ReadFrame()
+		if err != nil {
+			hc.t.Fatalf("stream %d: %v (so far %+v)", id, err, r)
+		}
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			if f.StreamID == id {
+				r.status, r.fields = f.PseudoValue("status"), f.RegularFields()
+				r.ended = f.StreamEnded()
+			}
+		case *http2.DataFrame:
+			if f.StreamID == id {
+				r.body = append(r.body, f.Data()...)
+				r.ended = f.StreamEnded()
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID == id {
+				r.reset = f.ErrCode
+			}
+		case *http2.GoAwayFrame:
+			hc.t.Fatalf("GOAWAY %v", f.ErrCode)
+		}
+	}
+	return r
+}
+
+// manyFields returns n fields, as name, value pairs.
+func manyFields(n int) []string {
+	var fs []string
+	for i := range n {
+		fs = append(fs, "x-f"+strconv.Itoa(i), "v")
+	}
+	return fs
+}
+
+func h2Get(authority, path string, more ...string) []string {
+	return append([]string{":method", "GET", ":scheme", "http", ":authority", authority, ":path", path}, more...)
+}
+
+// TestH2Conformance: requests over HTTP/2 meet the HTTP/1.1 path's rules
+// on their way to an HTTP/1.1 origin (their head is written as an HTTP/1.1
+// head and parsed by package h1), and what HTTP/2 adds is checked first.
+func TestH2Conformance(t *testing.T) {
+	for _, tc := range []struct {
+		name, source string
+		fields       []string
+		body         []byte
+		status       string   // the client's answer
+		backend      []string // what the origin parsed, "METHOD target"
+		check        func(t *testing.T, rec backendRecord)
+	}{
+		{name: "a GET is forwarded as HTTP/1.1 with Host from :authority", source: "RFC 9113 §8.3.1",
+			fields: h2Get("public.example", "/public/a?x=1"), status: "200", backend: []string{"GET /public/a?x=1"},
+			check: func(t *testing.T, rec backendRecord) {
+				if h := rec.requests[0].Host; h != "public.example" {
+					t.Errorf("Host %q", h)
+				}
+			}},
+		{name: "cookie fields are joined into one", source: "RFC 9113 §8.2.3",
+			fields: h2Get("public.example", "/public/", "cookie", "a=1", "cookie", "b=2"), status: "200", backend: []string{"GET /public/"},
+			check: func(t *testing.T, rec backendRecord) {
+				if c := rec.requests[0].Header["Cookie"]; len(c) != 1 || c[0] != "a=1; b=2" {
+					t.Errorf("Cookie %q", c)
+				}
+			}},
+		{name: "routes match the normalised path", source: "RFC 3986 §5.2.4; issue 7 class 4",
+			fields: h2Get("public.example", "/public/../admin"), status: "404"},
+		{name: "an encoded dot segment is a dot segment", source: "issue 7 class 4",
+			fields: h2Get("public.example", "/public/%2e%2e/admin"), status: "404"},
+		{name: ":path in absolute-form naming another authority", source: "RFC 9113 §8.3.1",
+			fields: h2Get("public.example", "http://internal.example/admin"), status: "400"},
+		{name: "Host naming another authority than :authority", source: "RFC 9113 §8.3.1",
+			fields: h2Get("public.example", "/public/", "host", "internal.example"), status: "400"},
+		{name: "Host without :authority is the authority", source: "RFC 9113 §8.3.1",
+			fields: []string{":method", "GET", ":scheme", "http", ":path", "/public/", "host", "public.example"}, status: "200", backend: []string{"GET /public/"}},
+		{name: "a space in :path is no request line of HTTP/1.1", source: "RFC 9112 §3",
+			fields: h2Get("public.example", "/public/a b"), status: "400"},
+		{name: "a body with content-length goes with it", source: "RFC 9113 §8.1.1",
+			fields: []string{":method", "POST", ":scheme", "http", ":authority", "public.example", ":path", "/public/p", "content-length", "5"},
+			body:   []byte("hello"), status: "200", backend: []string{"POST /public/p"},
+			check: func(t *testing.T, rec backendRecord) {
+				r := rec.requests[0]
+				if string(r.Body) != "hello" || r.Header.Get("Content-Length") != "5" {
+					t.Errorf("body %q, Content-Length %q", r.Body, r.Header.Get("Content-Length"))
+				}
+			}},
+		{name: "a body without content-length is sent chunked", source: "RFC 9112 §7.1",
+			fields: []string{":method", "POST", ":scheme", "http", ":authority", "public.example", ":path", "/public/p"},
+			body:   []byte("hello"), status: "200", backend: []string{"POST /public/p"},
+			check: func(t *testing.T, rec backendRecord) {
+				if !strings.Contains(rec.raws[0], "Transfer-Encoding: chunked\r\n") || string(rec.requests[0].Body) != "hello" {
+					t.Errorf("upstream bytes %q", rec.raws[0])
+				}
+			}},
+		{name: "more fields than the HTTP/1.1 path allows", source: "issue 7 class 5 (h1.MaxFields)",
+			fields: h2Get("public.example", "/public/", manyFields(101)...), status: "431"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			be := newRecordingBackend(t, scriptedResponses())
+			_, web, _ := startProxy(t, routingConfig(be.addr(), ""))
+			hc := dialH2(t, web)
+			hc.send(1, tc.body, tc.fields...)
+			r := hc.response(1)
+			if r.status != tc.status {
+				t.Fatalf("%s: status %q, want %s (reset %v)", tc.source, r.status, tc.status, r.reset)
+			}
+			if len(tc.backend) > 0 {
+				be.waitRequests(t, len(tc.backend))
+			}
+			rec := be.record()
+			if got := strings.Join(rec.names(), ", "); got != strings.Join(tc.backend, ", ") {
+				t.Fatalf("%s: origin saw [%s], want [%s]", tc.source, got, strings.Join(tc.backend, ", "))
+			}
+			if tc.check != nil {
+				tc.check(t, rec)
+			}
+		})
+	}
+}
+
+// TestH2Responses: what an HTTP/1.1 response becomes on HTTP/2. Fields
+// HTTP/2 forbids never go out (RFC 9113 §8.2.2), a chunked body is decoded,
+// a response with ambiguous framing is a 502 (issue 7 class 6), and one
+// cut off upstream resets the stream rather than end it short.
+func TestH2Responses(t *testing.T) {
+	for _, tc := range []struct {
+		name, raw string
+		status    string
+		body      string
+		reset     http2.ErrCode
+		absent    []string
+	}{
+		{name: "hop-by-hop fields stay behind", raw: "HTTP/1.1 200 OK\r\nConnection: x-private, keep-alive\r\nKeep-Alive: timeout=5\r\nX-Private: 1\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\nok",
+			status: "200", body: "ok", absent: []string{"connection", "keep-alive", "x-private"}},
+		{name: "a chunked body is decoded", raw: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n3\r\n!!!\r\n0\r\n\r\n",
+			status: "200", body: "ok!!!", absent: []string{"transfer-encoding"}},
+		{name: "Content-Length with Transfer-Encoding", raw: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+			status: "502"},
+		{name: "a body cut off upstream", raw: "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+			status: "200", reset: http2.ErrCodeInternal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			be := newRecordingBackend(t, func(n int, req *recordedRequest, w io.Writer) {
+				io.WriteString(w, tc.raw)
+				if c, ok := w.(net.Conn); ok && tc.reset != 0 {
+					c.Close()
+				}
+			})
+			_, web, _ := startProxy(t, webConfig(be.addr()))
+			hc := dialH2(t, web)
+			hc.send(1, nil, h2Get("x", "/")...)
+			r := hc.response(1)
+			if r.status != tc.status || r.reset != tc.reset {
+				t.Fatalf("status %q, reset %v; want %s, %v", r.status, r.reset, tc.status, tc.reset)
+			}
+			if tc.reset == 0 && tc.body != "" && string(r.body) != tc.body {
+				t.Errorf("body %q, want %q", r.body, tc.body)
+			}
+			if tc.status == "200" && tc.reset == 0 && r.field("x-kept") == "" && strings.Contains(tc.raw, "X-Kept") {
+				t.Error("an end-to-end field was lost")
+			}
+			for _, name := range tc.absent {
+				if v := r.field(name); v != "" {
+					t.Errorf("%s: %q sent over HTTP/2", name, v)
+				}
+			}
+		})
+	}
+}
