@@ -44,6 +44,7 @@ func (hc *h1conn) serveH2(c net.Conn) {
 		PrefaceTimeout:    cfg.ReadHeaderTimeout.Std(),
 		IdleTimeout:       cfg.IdleTimeout.Std(),
 		WriteTimeout:      clientWriteTimeout,
+		Go:                f.gp.Go,
 		Logf: func(format string, args ...any) {
 			f.p.log.Debug(fmt.Sprintf(format, args...), zap.String("listener", f.name), zap.ByteString("client", cl.client))
 		},

@@ -12,6 +12,10 @@ import (
 	"github.com/baton-proxy/baton/proxy/h2"
 )
 
+// maxIdleGoroutines bounds the goroutines a frontend keeps waiting for
+// the next connection or HTTP/2 stream (goPool).
+const maxIdleGoroutines = 128
+
 // drainPoll is how often a draining frontend looks whether its last
 // connection has closed.
 const drainPoll = 5 * time.Millisecond
@@ -34,6 +38,9 @@ type httpFrontend struct {
 	// inflight counts upgraded tunnels.
 	inflight sync.WaitGroup
 
+	// gp runs the connections' goroutines, and the HTTP/2 streams'.
+	gp *goPool
+
 	mu       sync.Mutex // protects live, h2live and draining
 	live     map[*h1conn]net.Conn
 	h2live   map[*h2.Conn]struct{}
@@ -42,7 +49,7 @@ type httpFrontend struct {
 }
 
 func newHTTPFrontend(name string, p *Proxy) *httpFrontend {
-	return &httpFrontend{name: name, p: p, live: make(map[*h1conn]net.Conn), h2live: make(map[*h2.Conn]struct{})}
+	return &httpFrontend{name: name, p: p, live: make(map[*h1conn]net.Conn), h2live: make(map[*h2.Conn]struct{}), gp: newGoPool(maxIdleGoroutines)}
 }
 
 // serve accepts on lns until the frontend stops accepting.
@@ -50,7 +57,7 @@ func (f *httpFrontend) serve(lns []net.Listener) {
 	f.acc.start(f.p, f.name, lns, func(c net.Conn) {
 		hc := f.newConn(c)
 		f.conns.Add(1)
-		go hc.serve()
+		f.gp.Go(hc.serve)
 	})
 }
 
@@ -140,6 +147,7 @@ func (f *httpFrontend) drain(ctx context.Context, grace time.Duration) {
 		f.conns.Wait()
 		f.inflight.Wait()
 		shut.Wait()
+		f.gp.close()
 		close(done)
 	}()
 	select {

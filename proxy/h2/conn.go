@@ -73,6 +73,9 @@ type Config struct {
 	PrefaceTimeout, IdleTimeout, WriteTimeout time.Duration
 	// Logf, when set, is told of protocol errors (at debug level).
 	Logf func(format string, args ...any)
+	// Go, when set, runs the handlers (a pool of goroutines); else each
+	// runs in a goroutine of its own.
+	Go func(func())
 }
 
 // Handler serves one stream: it reads the request and writes the
@@ -649,7 +652,11 @@ func (sc *Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	sc.active++
 	sc.handlers.Add(1)
 	sc.mu.Unlock()
-	go sc.run(s)
+	if sc.cfg.Go != nil {
+		sc.cfg.Go(func() { sc.run(s) })
+	} else {
+		go sc.run(s)
+	}
 	return nil
 }
 
