@@ -320,8 +320,12 @@ func goals(r *Results) string {
 	bs, ok := r.Speed["baton"]
 	ns, ok2 := r.Speed["nginx"]
 	if ok && ok2 && bs.KeepAlive != nil && ns.KeepAlive != nil {
-		w("- Throughput (keep-alive, goal ≥ 1.0× nginx with p99 ≤ nginx's): %.2f× nginx req/s, p99 %.2f× nginx's.\n",
+		w("- Throughput (keep-alive, goal ≥ 1.0× nginx with p99 ≤ nginx's): %.2f× nginx req/s, p99 %.2f× nginx's",
 			ratio(bs.KeepAlive.RPS(), ns.KeepAlive.RPS()), ratio(bs.KeepAlive.Latency.P99, ns.KeepAlive.Latency.P99))
+		if bs.Wrk != nil && ns.Wrk != nil {
+			w("; under wrk %.2f× nginx req/s, p99 %.2f× nginx's", ratio(bs.Wrk.RPS, ns.Wrk.RPS), ratio(bs.Wrk.P99, ns.Wrk.P99))
+		}
+		w(".\n")
 	}
 	for _, t := range r.Timeline {
 		w("- Handoff with %d workers (goal: ready within start-up + 50 ms): ready p50 %.0f ms = start-up %.0f ms + %.0f ms.\n", t.Workers, t.ReadyP50, t.StartP50, t.Overhead)
