@@ -67,7 +67,22 @@ func main() {
 	quick := flag.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "a short run (BENCH_QUICK=1)")
 	only := flag.String("targets", "direct,baton,nginx,haproxy", "targets to measure")
 	speedOnly := flag.Bool("speed-only", false, "measure throughput and latency only (for profiling; the report lacks the rest)")
+	rerender := flag.Bool("report-only", false, "measure nothing: write the report of the raw results in -json anew (after the report's text changed)")
 	flag.Parse()
+	if *rerender {
+		var res Results
+		b, err := os.ReadFile(*raw)
+		if err == nil {
+			err = json.Unmarshal(b, &res)
+		}
+		if err != nil {
+			fatal(err)
+		}
+		if err := os.WriteFile(*out, []byte(report(&res)), 0o644); err != nil {
+			fatal(err)
+		}
+		return
+	}
 
 	s := settings{HandoffRun: 40 * time.Second, TLSHandoffRun: 24 * time.Second, ReloadEvery: 400 * time.Millisecond, ThroughputRun: 10 * time.Second, SpeedRounds: 3,
 		Concurrency: 32, TimelineHandoffs: 100, TimelineWorkers: []int{1, 2, 4}}

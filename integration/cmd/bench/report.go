@@ -193,7 +193,7 @@ about 5.8 system calls (nginx 4.4), and about 22% less worker CPU per
 request under wrk (33.6 µs against 43.0 µs in alternating runs; nginx
 36.2 µs).
 
-This run's machine was about 2.5 times slower than the previous one's
+At 6bf41b4 the machine was about 2.5 times slower than the run before
 (direct keep-alive 31,885 req/s against 91,345), and noisier: quick runs
 alternating the previous build with this one (` + "`go run ./integration/cmd/bench -bin DIR -speed-only -quick -targets baton,nginx`" + `)
 gave keep-alive 0.85-0.92x nginx before and 1.03-1.04x after, and under wrk
@@ -205,6 +205,52 @@ What is left: a read after each response that finds nothing (Go resets a
 socket's readiness before every wait, so a wait must follow a read that
 failed), and the peek before each reuse of a pooled upstream connection
 (nginx is told by epoll when an idle upstream connection becomes readable).
+
+HTTP/2 of our own (proxy/h2). Over TLS, HTTP/2 was 0.35-0.39x nginx's
+req/s: net/http's server (a goroutine per stream, a hop to its serve loop
+for every frame), httputil.ReverseProxy and an http.Transport per backend
+cost 142 µs of worker CPU per request, nginx 43 (loadgen -tls -h2 32,
+alternating runs, utime+stime of the workers from /proc). With the
+streams served by proxy/h2 and proxied on the HTTP/1.1 pool: 49 µs; with
+goroutines kept between streams (stack growth had been a fifth of the
+worker's own CPU): 43-46 µs, nginx 41-44; 10.0-11.6k req/s against
+nginx's 11.3-11.7k in the same alternation.
+
+New connections (loadgen -newconn 32, perf stat -e 'syscalls:sys_enter_*'
+of the workers). Per connection baton made 17.6 system calls and 3.4
+context switches, nginx 10.2 and 1.5: net.TCPListener's Accept sets
+TCP_NODELAY and four keep-alive options and asks for the local address,
+and the first read of a new connection always found nothing. Accepting
+with accept4 ourselves (TCP_NODELAY from the second write on, as nginx),
+TCP_DEFER_ACCEPT on http listeners, and the FIN sent by a raw shutdown:
+13.5 calls and 2.4 switches, 12% less system time per connection. What
+is left: os.NewFile's fcntl and the close itself go through the scheduler
+(entersyscall), which wakes the runtime's monitor out of its deep sleep
+whenever the worker had been idle, and it then polls every 20 µs for a
+millisecond (0.55 nanosleeps per connection); and the runtime's own work
+per connection (scheduling, the os.File and its finalizer): user time
+30-35 µs per connection against nginx's 17-21.
+
+RSA full handshakes are bounded by the signature: Go's constant-time RSA
+signs (PSS, 2048 bits) in 1.32 ms on this CPU, OpenSSL in 0.30 ms
+(` + "`openssl speed rsa2048`" + `; ` + "`go test -bench`" + ` of rsa.SignPSS). Two cores sign at most
+about 1,500 times a second in Go. ECDSA P-256 signs in 37 µs (OpenSSL 23
+µs), and a handshake's other costs dominate: serve ECDSA (and RSA beside
+it, for the clients that need it: docs/operations.md).
+
+The full runs before and after this round of work (HTTP/2 of our own, the
+accept path, the goroutine pool, the fair order), baton as a ratio of
+nginx, req/s (p99): at 6bf41b4, keep-alive 1.12x (0.98x), wrk 0.91x
+(1.15x), TLS full ECDSA 1.30x, full RSA 0.78x, resumed 1.51x, keep-alive
+1.18x (0.90x), HTTP/2 0.38x; a second run of the same build gave
+keep-alive 0.77x, wrk 0.82x, ECDSA 0.88x, resumed 0.80x, HTTP/2 0.39x.
+This run's figures are the tables above.
+
+Measuring fairly. Quick runs with the targets in the other order moved
+baton's ratios by up to a quarter (keep-alive 1.00x against 1.24x, wrk
+0.81x against 1.00x, resumed TLS 0.64x against 1.03x): whoever ran second
+gained. Each round now starts with another target, and each row keeps the
+best of its rounds for every target alike.
 `
 
 func ratio(a, b float64) float64 {
