@@ -77,6 +77,9 @@ type h2exchange struct {
 	resp h1.Response
 	head []byte
 	buf  []byte // request body copies
+	// over holds body bytes read past a copy's limit: the first bytes of
+	// the next copy (a body read ahead as a prefix goes on from them).
+	over []byte
 	num  []byte // a number being formatted
 	// The sticky cookie to set, when the balancer wants one.
 	cookie []byte
@@ -101,7 +104,7 @@ func (cl *h2client) serve(s *h2.Stream) {
 	f := cl.f
 	x := h2exchanges.Get().(*h2exchange)
 	defer h2exchanges.Put(x)
-	x.cl, x.s, x.cookie, x.aborted, x.bodyState, x.bodyIn, x.up = cl, s, x.cookie[:0], false, bodyStreamed, 0, nil
+	x.cl, x.s, x.cookie, x.aborted, x.bodyState, x.bodyIn, x.up, x.over = cl, s, x.cookie[:0], false, bodyStreamed, 0, nil, x.over[:0]
 	e := &x.entry
 	*e = accessEntry{start: time.Now(), listener: f.name, client: cl.client, proto: "HTTP/2.0", upstream: -1, generation: f.p.Generation,
 		tlsVersion: cl.tlsVersion, sni: cl.sni}
@@ -333,27 +336,40 @@ func (x *h2exchange) bodyFailed(err error) {
 // copyBody copies the stream's body to dst, chunked when chunked is set,
 // up to limit bytes (0: no limit), waiting at most the idle timeout for
 // each piece. Past the limit it stops with h1.ErrBodyTooLarge, having
-// copied limit bytes. It flushes dst before each wait, so that a body
-// streamed flows as it comes.
+// copied limit bytes; what it read beyond them waits in x.over for the
+// next copy. It flushes dst before each wait, so that a body streamed
+// flows as it comes.
 func (x *h2exchange) copyBody(dst h1.Writer, chunked bool, limit int64) (int64, error) {
 	s := x.s
 	timeout := x.cl.f.p.cfg.HTTP.IdleTimeout.Std()
 	var n int64
 	for {
-		if s.WouldWait() {
-			if err := dst.Flush(); err != nil {
-				return n, &h1.WriteError{Err: err}
+		var (
+			buf []byte
+			m   int
+			err error
+		)
+		if len(x.over) > 0 {
+			m = copy(x.buf, x.over)
+			x.over = x.over[:copy(x.over, x.over[m:])]
+			buf = x.buf
+		} else {
+			if s.WouldWait() {
+				if err := dst.Flush(); err != nil {
+					return n, &h1.WriteError{Err: err}
+				}
 			}
+			s.SetReadDeadline(time.Now().Add(timeout))
+			buf = x.buf
+			if limit > 0 && int64(len(buf)) > limit-n+1 {
+				buf = buf[:limit-n+1] // one byte more tells a body over the limit
+			}
+			m, err = s.Read(buf)
 		}
-		s.SetReadDeadline(time.Now().Add(timeout))
-		buf := x.buf
-		if limit > 0 && int64(len(buf)) > limit-n+1 {
-			buf = buf[:limit-n+1] // one byte more tells a body over the limit
-		}
-		m, err := s.Read(buf)
 		if limit > 0 && n+int64(m) > limit {
-			m = int(limit - n)
-			err = h1.ErrBodyTooLarge
+			keep := int(limit - n)
+			x.over = append(x.over, buf[keep:m]...)
+			m, err = keep, h1.ErrBodyTooLarge
 		}
 		if m > 0 {
 			if chunked {

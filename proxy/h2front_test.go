@@ -247,3 +247,78 @@ func TestH2Responses(t *testing.T) {
 		})
 	}
 }
+
+// TestH2BodyLimitsAndBuffering: the routes' body limits and request
+// buffering hold over HTTP/2 as over HTTP/1.1 (issue 7 class 7: nginx's
+// proxy_request_buffering; maxBodySize with 413).
+func TestH2BodyLimitsAndBuffering(t *testing.T) {
+	cb := newCountingBackend(t)
+	_, web, _ := startProxy(t, bodyConfig(cb.addr))
+	post := func(path string, length int) []string {
+		f := []string{":method", "POST", ":scheme", "http", ":authority", "x", ":path", path}
+		if length >= 0 {
+			f = append(f, "content-length", strconv.Itoa(length))
+		}
+		return f
+	}
+	for _, tc := range []struct {
+		name   string
+		fields []string
+		body   string
+		status string
+		got    string // what the backend says it got
+	}{
+		{"length over the limit: 413 before the backend", post("/limited", 9), "123456789", "413", ""},
+		{"length at the limit", post("/limited", 8), "12345678", "200", "length 8 te [] body 12345678"},
+		{"no length, over the limit", post("/limited", -1), "1234567890", "413", ""},
+		{"no length, within the buffer: sent with a length", post("/buffered", -1), "12345", "200", "length 5 te [] body 12345"},
+		{"no length, beyond the buffer: streamed chunked", post("/buffered", -1), "0123456789abcdefghij", "200", "length -1 te [chunked] body 0123456789abcdefghij"},
+		{"length beyond the buffer: streamed", post("/buffered", 20), "0123456789abcdefghij", "200", "length 20 te [] body 0123456789abcdefghij"},
+		{"beyond buffer and limit", post("/buffered", -1), strings.Repeat("x", 65), "413", ""},
+		{"buffer = limit refuses what it cannot buffer", post("/refusing", -1), "123456789", "413", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := cb.requests.Load()
+			hc := dialH2(t, web)
+			hc.send(1, []byte(tc.body), tc.fields...)
+			r := hc.response(1)
+			if r.status != tc.status {
+				t.Fatalf("status %q (%q), want %s", r.status, r.body, tc.status)
+			}
+			if tc.got != "" && string(r.body) != tc.got {
+				t.Errorf("backend got %q, want %q", r.body, tc.got)
+			}
+			if tc.status == "413" && cb.requests.Load() != before && strings.HasPrefix(tc.name, "length") {
+				t.Errorf("the backend saw a request whose length was over the limit")
+			}
+		})
+	}
+}
+
+// TestH2StickyCookie: the cookie balancer's Set-Cookie reaches an HTTP/2
+// client, and the cookie sent back (as HTTP/2 cookie crumbs) sticks.
+func TestH2StickyCookie(t *testing.T) {
+	var addrs []string
+	for i := range 3 {
+		be := newRecordingBackend(t, func(n int, req *recordedRequest, w io.Writer) {
+			io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n"+strconv.Itoa(i))
+		})
+		addrs = append(addrs, be.addr())
+	}
+	cfg := strings.Replace(webConfig(addrs...), "    connectTimeout: 1s\n", "    connectTimeout: 1s\n    balancer: cookie\n", 1)
+	_, web, _ := startProxy(t, cfg)
+	hc := dialH2(t, web)
+	hc.send(1, nil, h2Get("x", "/")...)
+	first := hc.response(1)
+	set := first.field("set-cookie")
+	if !strings.HasPrefix(set, "baton-app=") {
+		t.Fatalf("first response sets %q", set)
+	}
+	cookie := strings.SplitN(set, ";", 2)[0]
+	for id := uint32(3); id < 23; id += 2 {
+		hc.send(id, nil, h2Get("x", "/", "cookie", "other=1", "cookie", cookie)...)
+		if r := hc.response(id); string(r.body) != string(first.body) || r.field("set-cookie") != "" {
+			t.Fatalf("sticky request reached %q (first %q), set-cookie %q", r.body, first.body, r.field("set-cookie"))
+		}
+	}
+}
