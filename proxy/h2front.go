@@ -90,6 +90,7 @@ type h2exchange struct {
 	body      memWriter
 	bodyState bodyState
 	bodyIn    int64
+	continued bool // 100 Continue was sent
 	// aborted is set when the stream was reset while its request was
 	// upstream: the upstream connection was interrupted, and is closed.
 	aborted bool
@@ -104,7 +105,7 @@ func (cl *h2client) serve(s *h2.Stream) {
 	f := cl.f
 	x := h2exchanges.Get().(*h2exchange)
 	defer h2exchanges.Put(x)
-	x.cl, x.s, x.cookie, x.aborted, x.bodyState, x.bodyIn, x.up, x.over = cl, s, x.cookie[:0], false, bodyStreamed, 0, nil, x.over[:0]
+	x.cl, x.s, x.cookie, x.aborted, x.bodyState, x.bodyIn, x.up, x.over, x.continued = cl, s, x.cookie[:0], false, bodyStreamed, 0, nil, x.over[:0], false
 	e := &x.entry
 	*e = accessEntry{start: time.Now(), listener: f.name, client: cl.client, proto: "HTTP/2.0", upstream: -1, generation: f.p.Generation,
 		tlsVersion: cl.tlsVersion, sni: cl.sni}
@@ -333,6 +334,20 @@ func (x *h2exchange) bodyFailed(err error) {
 	}
 }
 
+// sendContinue answers a client that waits for 100 Continue before it
+// sends its body (RFC 9110 §10.1.1, over HTTP/2 an interim HEADERS), once,
+// when the body is about to be read: as over HTTP/1.1, the backend never
+// decides, and a request refused before its body (413) gets no 100.
+func (x *h2exchange) sendContinue() {
+	if !x.req.ExpectContinue || x.continued || !x.req.HasBody() {
+		return
+	}
+	x.continued = true
+	x.s.StartResponse(100)
+	x.s.SendHeaders(false)
+	x.s.Flush()
+}
+
 // copyBody copies the stream's body to dst, chunked when chunked is set,
 // up to limit bytes (0: no limit), waiting at most the idle timeout for
 // each piece. Past the limit it stops with h1.ErrBodyTooLarge, having
@@ -342,6 +357,7 @@ func (x *h2exchange) bodyFailed(err error) {
 func (x *h2exchange) copyBody(dst h1.Writer, chunked bool, limit int64) (int64, error) {
 	s := x.s
 	timeout := x.cl.f.p.cfg.HTTP.IdleTimeout.Std()
+	x.sendContinue()
 	var n int64
 	for {
 		var (

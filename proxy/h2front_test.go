@@ -322,3 +322,34 @@ func TestH2StickyCookie(t *testing.T) {
 		}
 	}
 }
+
+// TestH2ExpectContinue: a client that waits for 100 Continue before its
+// body gets it (an interim HEADERS), from baton itself, and its body then
+// reaches the backend (RFC 9110 §10.1.1; RFC 9113 §8.1).
+func TestH2ExpectContinue(t *testing.T) {
+	cb := newCountingBackend(t)
+	_, web, _ := startProxy(t, bodyConfig(cb.addr))
+	hc := dialH2(t, web)
+	hc.buf.Reset()
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/p"}, {"content-length", "5"}, {"expect", "100-continue"}} {
+		hc.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	hc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hc.buf.Bytes(), EndHeaders: true})
+	hc.c.SetReadDeadline(time.Now().Add(conformanceTimeout))
+	for {
+		f, err := hc.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("waiting for 100 Continue: %v", err)
+		}
+		if h, ok := f.(*http2.MetaHeadersFrame); ok && h.StreamID == 1 {
+			if s := h.PseudoValue("status"); s != "100" || h.StreamEnded() {
+				t.Fatalf("first answer %s (ended %v), want an interim 100", s, h.StreamEnded())
+			}
+			break
+		}
+	}
+	hc.fr.WriteData(1, true, []byte("hello"))
+	if r := hc.response(1); r.status != "200" || string(r.body) != "length 5 te [] body hello" {
+		t.Fatalf("status %s, body %q", r.status, r.body)
+	}
+}
