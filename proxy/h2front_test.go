@@ -353,3 +353,30 @@ func TestH2ExpectContinue(t *testing.T) {
 		t.Fatalf("status %s, body %q", r.status, r.body)
 	}
 }
+
+// TestH2ResetAbortsUpstream: a client that resets its stream while the
+// backend works on it frees the upstream connection at once: baton closes
+// it (its answer could only be stray bytes now) and never reuses it.
+func TestH2ResetAbortsUpstream(t *testing.T) {
+	be := newRecordingBackend(t, func(n int, req *recordedRequest, w io.Writer) {
+		if n > 0 {
+			io.WriteString(w, okResponse)
+		}
+		// The first request gets no answer: the backend "works".
+	})
+	_, web, _ := startProxy(t, webConfig(be.addr()))
+	hc := dialH2(t, web)
+	hc.send(1, nil, h2Get("x", "/slow")...)
+	be.waitRequests(t, 1)
+	hc.fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	if !be.waitClosed() {
+		t.Fatal("the upstream connection of a reset stream is still open")
+	}
+	hc.send(3, nil, h2Get("x", "/next")...)
+	if r := hc.response(3); r.status != "200" || string(r.body) != "ok" {
+		t.Fatalf("the next stream: %s %q", r.status, r.body)
+	}
+	if rec := be.record(); len(rec.raws) != 2 {
+		t.Fatalf("%d upstream connections, want 2 (the reset one not reused)", len(rec.raws))
+	}
+}
