@@ -34,8 +34,8 @@ func TestSeries(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	// A request is counted once its response is out: the last one's
-	// may still be on its way.
+	// A request is counted once its response is out: the last ones'
+	// counts may still be on their way.
 	var set metrics.Set
 	count := func(name string, labels ...string) uint64 {
 		for _, s := range set.Sorted() {
@@ -56,7 +56,9 @@ func TestSeries(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		set = metrics.Set{}
 		set.Add(p.series()...)
-		if count(metricRequestDuration, "listener", "web", "backend", "app", "code_class", "4xx") >= 2 || time.Now().After(deadline) {
+		if count(metricRequestDuration, "listener", "web", "backend", "app", "code_class", "2xx") >= 4 &&
+			count(metricRequestDuration, "listener", "web", "backend", "app", "code_class", "4xx") >= 2 &&
+			count(metricResponseDuration, "backend", "app") >= 6 || time.Now().After(deadline) {
 			break
 		}
 	}

@@ -244,7 +244,12 @@ nginx, req/s (p99): at 6bf41b4, keep-alive 1.12x (0.98x), wrk 0.91x
 (1.15x), TLS full ECDSA 1.30x, full RSA 0.78x, resumed 1.51x, keep-alive
 1.18x (0.90x), HTTP/2 0.38x; a second run of the same build gave
 keep-alive 0.77x, wrk 0.82x, ECDSA 0.88x, resumed 0.80x, HTTP/2 0.39x.
-This run's figures are the tables above.
+The first full run after it (d4b029b): keep-alive 1.07x (0.93x), wrk 1.08x
+(1.22x), TLS full ECDSA 1.06x, full RSA 0.64x, resumed 0.93x, keep-alive
+1.22x (0.86x), HTTP/2 0.99x; access log 3.9% fewer req/s. This run's
+figures are the tables above: between the two, wrk moved from 1.08x to
+0.91x and HTTP/2 from 0.99x to 1.15x with the same code, which is the size
+of this machine's noise.
 
 Measuring fairly. Quick runs with the targets in the other order moved
 baton's ratios by up to a quarter (keep-alive 1.00x against 1.24x, wrk
