@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"syscall"
 
 	"github.com/baton-proxy/baton/ipc"
@@ -53,6 +54,14 @@ func workerCommand() *cli.Command {
 					defer stop()
 				}
 			}
+			if dir := os.Getenv("BATON_WORKER_TRACE"); dir != "" {
+				stop, err := startTrace(dir)
+				if err != nil {
+					log.Warn("execution trace", zap.Error(err))
+				} else {
+					defer stop()
+				}
+			}
 			if err := proxy.RunWorker(ctx, w, log, sink.Dropped); err != nil {
 				log.Error("worker failed", zap.Error(err))
 				return err
@@ -76,6 +85,26 @@ func startCPUProfile(dir string) (func(), error) {
 	}
 	return func() {
 		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+// startTrace writes this worker's execution trace (runtime/trace: which
+// goroutine ran on which thread and processor, and why each waited) to
+// dir/worker-PID.trace until the returned function is called:
+// $BATON_WORKER_TRACE=dir on `baton run`. Read it with `go tool trace`.
+// A trace grows by megabytes a second under load: for short runs.
+func startTrace(dir string) (func(), error) {
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("worker-%d.trace", os.Getpid())))
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		trace.Stop()
 		f.Close()
 	}, nil
 }
