@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -47,8 +48,7 @@ type Stream struct {
 
 	// The handler's.
 	rdl         time.Time
-	hb          HeaderBlock
-	pending     []byte // DATA not yet sent
+	out         *outBufs // the response's buffers, from outPool while the handler runs
 	headersSent bool
 	ended       bool
 }
@@ -267,15 +267,18 @@ func (s *Stream) Read(p []byte) (int, error) {
 // StartResponse begins the response's header block with status; fields
 // are added to it before SendHeaders.
 func (s *Stream) StartResponse(status int) *HeaderBlock {
-	s.hb.reset(status)
-	return &s.hb
+	if s.out == nil {
+		s.out = outPool.Get().(*outBufs)
+	}
+	s.out.hb.reset(status)
+	return &s.out.hb
 }
 
 // SendHeaders sends the header block StartResponse began, ending the
 // stream when end is set (a response without a body).
 func (s *Stream) SendHeaders(end bool) error {
 	sc := s.sc
-	block := s.hb.Bytes()
+	block := s.out.hb.Bytes()
 	sc.lockWrite()
 	sc.mu.Lock()
 	reset, max := s.reset, sc.peerFrame
@@ -310,34 +313,52 @@ func (s *Stream) SendHeaders(end bool) error {
 // Write sends body bytes, in DATA frames as full as the peer allows, as
 // the flow-control windows open.
 func (s *Stream) Write(p []byte) (int, error) {
-	s.pending = append(s.pending, p...)
-	if full := len(s.pending) - len(s.pending)%frameSize; full > 0 {
-		if err := s.sendData(s.pending[:full], false); err != nil {
+	if s.out == nil {
+		s.out = outPool.Get().(*outBufs)
+	}
+	o := s.out
+	o.pending = append(o.pending, p...)
+	if full := len(o.pending) - len(o.pending)%frameSize; full > 0 {
+		if err := s.sendData(o.pending[:full], false); err != nil {
 			return 0, err
 		}
-		s.pending = s.pending[:copy(s.pending, s.pending[full:])]
+		o.pending = o.pending[:copy(o.pending, o.pending[full:])]
 	}
 	return len(p), nil
 }
 
 // Flush sends what Write holds, and flushes the connection.
 func (s *Stream) Flush() error {
-	if len(s.pending) > 0 {
-		if err := s.sendData(s.pending, false); err != nil {
+	if s.out != nil && len(s.out.pending) > 0 {
+		if err := s.sendData(s.out.pending, false); err != nil {
 			return err
 		}
-		s.pending = s.pending[:0]
+		s.out.pending = s.out.pending[:0]
 	}
 	return s.sc.flush()
 }
 
 // End sends what Write holds and ends the stream.
 func (s *Stream) End() error {
-	err := s.sendData(s.pending, true)
-	s.pending = s.pending[:0]
+	var p []byte
+	if s.out != nil {
+		p = s.out.pending
+		s.out.pending = p[:0]
+	}
+	err := s.sendData(p, true)
 	s.ended = true
 	return err
 }
+
+// outBufs are a response's buffers: its header block and the DATA not
+// yet sent. They go back to outPool when the handler is done, so that a
+// stream allocates none of them.
+type outBufs struct {
+	hb      HeaderBlock
+	pending []byte
+}
+
+var outPool = sync.Pool{New: func() any { return new(outBufs) }}
 
 func (s *Stream) sendData(p []byte, end bool) error {
 	sc := s.sc
@@ -386,6 +407,13 @@ func (s *Stream) finish() {
 	sc := s.sc
 	if !s.ended {
 		s.Reset(http2.ErrCodeInternal)
+	}
+	if o := s.out; o != nil {
+		s.out = nil
+		if cap(o.pending) <= 2*frameSize { // keep only small buffers
+			o.pending = o.pending[:0]
+			outPool.Put(o)
+		}
 	}
 	sc.mu.Lock()
 	s.handlerDone = true
