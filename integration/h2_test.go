@@ -2,7 +2,11 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,4 +112,40 @@ func TestH2HandoffsUnderLoad(t *testing.T) {
 	if n := res.TotalFailures(); n > 0 {
 		t.Fatalf("%d of %d requests failed across handoffs: %v (%v)", n, res.Requests, res.Failures, res.Examples)
 	}
+}
+
+// TestH2AccessLogAndMetrics: an HTTP/2 request over TLS gets its access
+// log line (protocol HTTP/2.0, the TLS version and SNI), and is counted in
+// the metrics by listener, backend and status class.
+func TestH2AccessLogAndMetrics(t *testing.T) {
+	be := startBackend(t)
+	s := newTLSSetup(t)
+	logPath := filepath.Join(t.TempDir(), "access.log")
+	maddr := freePort(t)
+	cfg := s.config(be, options{workers: 1}, "") + fmt.Sprintf("accessLog:\n  path: %q\n  format: json\nmetrics:\n  address: %s\n", logPath, maddr)
+	b := startBaton(t, cfg)
+	tr := &http.Transport{TLSClientConfig: s.client("a.example"), ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	resp, err := c.Get("https://" + b.Address("websecure") + "/h2/logged?q=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != 200 {
+		t.Fatalf("%s %d, want HTTP/2 200", resp.Proto, resp.StatusCode)
+	}
+	waitFor(t, 10*time.Second, "the access log line", func() bool { return len(readLines(logPath)) >= 1 })
+	var e map[string]any
+	line := readLines(logPath)[0]
+	if err := json.Unmarshal([]byte(line), &e); err != nil {
+		t.Fatalf("%v: %s", err, line)
+	}
+	if e["protocol"] != "HTTP/2.0" || e["method"] != "GET" || e["path"] != "/h2/logged?q=1" || e["status"] != float64(200) ||
+		e["listener"] != "websecure" || e["tls"] != "1.3" || e["sni"] != "a.example" || e["backend"] != "app" || e["host"] == nil {
+		t.Fatalf("line %s", line)
+	}
+	const ok2xx = `baton_http_requests_total{listener="websecure",backend="app",code_class="2xx"}`
+	waitFor(t, 10*time.Second, "the request in "+ok2xx, func() bool { v, ok := scrapeMaybe(t, maddr, ok2xx); return ok && v == 1 })
 }
