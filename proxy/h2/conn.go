@@ -601,11 +601,11 @@ func (sc *Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	if s := sc.streams[id]; s != nil {
 		// Trailers: they end the stream, carry no pseudo-header, and
 		// are dropped (the HTTP/1.1 upstream gets none).
-		bad := s.remoteDone || !f.StreamEnded() || len(f.PseudoFields()) > 0
 		if s.remoteDone {
 			sc.mu.Unlock()
 			return http2.ConnectionError(http2.ErrCodeStreamClosed)
 		}
+		bad := !f.StreamEnded() || len(f.PseudoFields()) > 0
 		s.remoteDone = true
 		if bad {
 			s.resetLocked()
