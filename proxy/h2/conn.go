@@ -256,13 +256,13 @@ func (sc *Conn) serve() error {
 				sc.c.SetReadDeadline(deadline)
 				continue
 			}
-			sc.goAwayNow(http2.ErrCodeNo, true)
+			sc.goAwayNow(http2.ErrCodeNo)
 			continue
 		}
 		if first {
 			// The preface ends with a SETTINGS frame (RFC 9113 §3.4).
 			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
-				sc.goAwayNow(http2.ErrCodeProtocol, true)
+				sc.goAwayNow(http2.ErrCodeProtocol)
 				continue
 			}
 			first = false
@@ -299,11 +299,11 @@ func (sc *Conn) readError(err error) error {
 		return sc.streamError(se.StreamID, se.Code)
 	case errors.As(err, &ce):
 		sc.logf("http2: connection error: %v", err)
-		sc.goAwayNow(http2.ErrCode(ce), true)
+		sc.goAwayNow(http2.ErrCode(ce))
 		return nil
 	case errors.Is(err, http2.ErrFrameTooLarge):
 		sc.logf("http2: connection error: %v", err)
-		sc.goAwayNow(http2.ErrCodeFrameSize, true)
+		sc.goAwayNow(http2.ErrCodeFrameSize)
 		return nil
 	}
 	return err
@@ -409,33 +409,35 @@ func (sc *Conn) processSettings(f *http2.SettingsFrame) error {
 }
 
 func (sc *Conn) processWindowUpdate(f *http2.WindowUpdateFrame) error {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
 	inc := int64(f.Increment)
+	sc.mu.Lock()
 	if f.StreamID == 0 {
-		if sc.sendWindow+inc > maxWindow {
+		ok := sc.sendWindow+inc <= maxWindow
+		if ok {
+			sc.sendWindow += inc
+			sc.cond.Broadcast()
+		}
+		sc.mu.Unlock()
+		if !ok {
 			return http2.ConnectionError(http2.ErrCodeFlowControl)
 		}
-		sc.sendWindow += inc
-		sc.cond.Broadcast()
 		return nil
 	}
 	s := sc.streams[f.StreamID]
-	if s == nil {
-		if f.StreamID > sc.maxID {
-			return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream (RFC 9113 §5.1)
-		}
-		return nil // a closed one: late, ignored
-	}
-	if s.sendWindow+inc > maxWindow {
-		s.resetLocked()
+	switch {
+	case s == nil && f.StreamID > sc.maxID:
 		sc.mu.Unlock()
-		err := sc.writeRST(f.StreamID, http2.ErrCodeFlowControl)
-		sc.mu.Lock()
-		return err
+		return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream (RFC 9113 §5.1)
+	case s == nil:
+		sc.mu.Unlock()
+		return nil // a closed one: late, ignored
+	case s.sendWindow+inc > maxWindow:
+		sc.mu.Unlock()
+		return sc.streamError(f.StreamID, http2.ErrCodeFlowControl)
 	}
 	s.sendWindow += inc
 	sc.cond.Broadcast()
+	sc.mu.Unlock()
 	return nil
 }
 
@@ -450,12 +452,10 @@ func (sc *Conn) processRST(f *http2.RSTStreamFrame) error {
 		}
 		return nil
 	}
-	s.remoteDone = true
 	if !s.handlerDone {
 		sc.resets++
 	}
-	s.resetLocked()
-	s.closeIfDoneLocked()
+	s.abortLocked()
 	abusive := sc.resets >= minResets && sc.resets*2 > sc.opened
 	sc.mu.Unlock()
 	if abusive {
@@ -468,9 +468,7 @@ func (sc *Conn) processRST(f *http2.RSTStreamFrame) error {
 func (sc *Conn) streamError(id uint32, code http2.ErrCode) error {
 	sc.mu.Lock()
 	if s := sc.streams[id]; s != nil {
-		s.remoteDone = true
-		s.resetLocked()
-		s.closeIfDoneLocked()
+		s.abortLocked()
 	} else if id > sc.maxID {
 		sc.maxID = id
 	}
@@ -506,14 +504,17 @@ func (sc *Conn) processData(f *http2.DataFrame) error {
 		code = http2.ErrCodeStreamClosed
 	case length > s.recvWindow:
 		code = http2.ErrCodeFlowControl
+	case s.ContentLength >= 0 && (s.recvTotal+int64(len(data)) > s.ContentLength ||
+		f.StreamEnded() && s.recvTotal+int64(len(data)) != s.ContentLength):
+		// The body disagrees with its content-length: malformed (RFC
+		// 9113 §8.1.1).
+		code = http2.ErrCodeProtocol
 	}
 	if code != 0 {
 		// Not the stream's: the connection's window is given back.
 		sc.unacked += length
 		if s != nil {
-			s.remoteDone = true
-			s.resetLocked()
-			s.closeIfDoneLocked()
+			s.abortLocked()
 		}
 		sc.mu.Unlock()
 		if err := sc.giveBack(nil); err != nil {
@@ -530,18 +531,6 @@ func (sc *Conn) processData(f *http2.DataFrame) error {
 			sc.mu.Unlock()
 			return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
 		}
-	}
-	if (s.ContentLength >= 0 && s.recvTotal > s.ContentLength) ||
-		(f.StreamEnded() && s.ContentLength >= 0 && s.recvTotal != s.ContentLength) {
-		// The body disagrees with its content-length: malformed (RFC
-		// 9113 §8.1.1).
-		sc.unacked += int64(len(data))
-		s.remoteDone = true
-		s.resetLocked()
-		s.closeIfDoneLocked()
-		sc.mu.Unlock()
-		sc.giveBack(nil)
-		return sc.writeRST(id, http2.ErrCodeProtocol)
 	}
 	if s.handlerDone || s.reset {
 		sc.unacked += int64(len(data)) // nobody reads it
@@ -605,17 +594,14 @@ func (sc *Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 			sc.mu.Unlock()
 			return http2.ConnectionError(http2.ErrCodeStreamClosed)
 		}
-		bad := !f.StreamEnded() || len(f.PseudoFields()) > 0
-		s.remoteDone = true
-		if bad {
-			s.resetLocked()
+		if !f.StreamEnded() || len(f.PseudoFields()) > 0 {
+			sc.mu.Unlock()
+			return sc.streamError(id, http2.ErrCodeProtocol)
 		}
+		s.remoteDone = true
 		s.closeIfDoneLocked()
 		s.wake()
 		sc.mu.Unlock()
-		if bad {
-			return sc.writeRST(id, http2.ErrCodeProtocol)
-		}
 		return nil
 	}
 	if id <= sc.maxID {
@@ -710,10 +696,10 @@ func (sc *Conn) finalGoAway() {
 	sc.maybeFinish()
 }
 
-// goAwayNow sends GOAWAY with code and the last stream opened; for an
-// error, it also ends every stream, and the connection closes its writing
-// side at once.
-func (sc *Conn) goAwayNow(code http2.ErrCode, fatal bool) {
+// goAwayNow sends GOAWAY with code and the last stream opened, ends every
+// stream, and closes the connection's writing side at once: for an error,
+// or an idle connection.
+func (sc *Conn) goAwayNow(code http2.ErrCode) {
 	sc.mu.Lock()
 	if sc.finishing {
 		sc.mu.Unlock()
@@ -721,18 +707,12 @@ func (sc *Conn) goAwayNow(code http2.ErrCode, fatal bool) {
 	}
 	sc.goAway = true
 	last := sc.maxID
-	if fatal {
-		for _, s := range sc.streams {
-			s.resetLocked()
-		}
+	for _, s := range sc.streams {
+		s.resetLocked()
 	}
 	sc.mu.Unlock()
 	sc.writeFrame(http2.FrameGoAway, 0, 0, goAwayPayload(last, code), true)
-	if fatal {
-		sc.finish()
-		return
-	}
-	sc.maybeFinish()
+	sc.finish()
 }
 
 // maybeFinish closes the writing side once no stream is left after a

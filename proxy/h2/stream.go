@@ -180,6 +180,15 @@ func (s *Stream) resetLocked() {
 	}
 }
 
+// abortLocked ends the client's side of the stream with a reset (by the
+// client, or by baton for a stream error): nothing more is read from it
+// or sent on it, and the stream is forgotten once its handler is done.
+func (s *Stream) abortLocked() {
+	s.remoteDone = true
+	s.resetLocked()
+	s.closeIfDoneLocked()
+}
+
 // closeIfDoneLocked forgets a stream both sides are done with.
 func (s *Stream) closeIfDoneLocked() {
 	if s.handlerDone && (s.remoteDone || s.reset) && !s.removed {
