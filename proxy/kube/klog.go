@@ -1,24 +1,19 @@
 package kube
 
 import (
-	"sync"
-
 	"github.com/go-logr/logr"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/klog/v2"
 )
 
-var routeOnce sync.Once
-
 // RouteKlog sends client-go's logs (klog's) to log, named client-go: a
 // list or watch that fails says why in baton's log, in its format, with
 // the worker's fields. klog's verbosity 0 is logged at info (errors at
-// error); the chattier levels only when log is at debug. Once per process.
+// error); the chattier levels only when log is at debug. klog is
+// process-wide: the last call wins.
 func RouteKlog(log *zap.Logger) {
-	routeOnce.Do(func() {
-		klog.SetLogger(logr.New(&zapSink{log: log.Named("client-go").WithOptions(zap.AddCallerSkip(1))}))
-	})
+	klog.SetLogger(logr.New(&zapSink{log: log.Named("client-go").WithOptions(zap.AddCallerSkip(1))}))
 }
 
 // zapSink is a logr.LogSink over zap.
