@@ -11,13 +11,12 @@ import (
 
 // requestSender is the client side of a request being proxied, an HTTP/1.1
 // connection (h1conn) or an HTTP/2 stream (h2exchange): it writes the
-// request on an upstream connection, and logs what failed.
+// request on an upstream connection.
 type requestSender interface {
 	// sendRequest writes the request's head and body to uc. An error of
 	// the client's side (reading its body, or a body that breaks a rule)
 	// is a *clientError.
 	sendRequest(uc *upConn, rt *route) error
-	failed(rt *route, endpoint, stage, action string, err error)
 }
 
 // route finds the route and endpoints of a request parsed into req, and
@@ -51,8 +50,8 @@ func (p *Proxy) route(listener string, req *h1.Request, a *attempt, e *accessEnt
 	return rt, set, 0
 }
 
-// exchangeUpstream sends a request with x to an endpoint of rt's backend and reads
-// the response head into resp. A connection that fails before anything was
+// exchangeUpstream sends a request of f's with x to an endpoint of rt's
+// backend and reads the response head into resp. A connection that fails before anything was
 // sent moves on to another endpoint, always; a pooled connection the
 // backend had closed is retried on a new one, and a failed exchange on
 // another endpoint (up to the backend's retries), when the request can be
@@ -61,7 +60,7 @@ func (p *Proxy) route(listener string, req *h1.Request, a *attempt, e *accessEnt
 // or the status to answer (502, 503 or 504) when no endpoint answered, or
 // a *clientError when the client's side failed (nothing to answer but its
 // own error).
-func exchangeUpstream(x requestSender, rt *route, set *endpointSet, a *attempt, replayable bool, resp *h1.Response) (*upConn, *endpoint, int, error) {
+func exchangeUpstream(f *httpFrontend, x requestSender, rt *route, set *endpointSet, a *attempt, replayable bool, resp *h1.Response) (*upConn, *endpoint, int, error) {
 	b := rt.backend
 	// Each failure is logged once, with what follows it: another
 	// endpoint, a retry, or the answer. giveUp answers when none is left.
@@ -71,7 +70,7 @@ func exchangeUpstream(x requestSender, rt *route, set *endpointSet, a *attempt, 
 		if err == nil {
 			err = errNoEndpoint // every endpoint ejected
 		}
-		x.failed(rt, addr, stage, strconv.Itoa(status), err)
+		f.failed(rt, addr, stage, strconv.Itoa(status), err)
 		return nil, nil, status, nil
 	}
 	ep := b.pick(set, a)
@@ -90,7 +89,7 @@ func exchangeUpstream(x requestSender, rt *route, set *endpointSet, a *attempt, 
 				return giveUp(addr, "connect", err)
 			}
 			a.tried(ep)
-			x.failed(rt, addr, "connect", "next endpoint", err)
+			f.failed(rt, addr, "connect", "next endpoint", err)
 			continue
 		}
 		ep.inflight.Add(1)
@@ -112,7 +111,7 @@ func exchangeUpstream(x requestSender, rt *route, set *endpointSet, a *attempt, 
 		case uc.reuse && replayable && !fresh && len(uc.rd.Buffered()) == 0:
 			// A pooled connection the backend had closed: the same
 			// endpoint, on a new connection.
-			x.failed(rt, ep.addr, "response", "retry on a new connection", err)
+			f.failed(rt, ep.addr, "response", "retry on a new connection", err)
 			fresh = true
 			b.retries.Add(1)
 		case replayable && retries < b.cfg.Retries:
@@ -121,7 +120,7 @@ func exchangeUpstream(x requestSender, rt *route, set *endpointSet, a *attempt, 
 				return giveUp(addr, "response", err)
 			}
 			a.tried(ep)
-			x.failed(rt, addr, "response", "retry on another endpoint", err)
+			f.failed(rt, addr, "response", "retry on another endpoint", err)
 			retries++
 			b.retries.Add(1)
 		default:

@@ -323,9 +323,7 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 	case 413:
 		return hc.errorResponse(413, true) // before 100 Continue: the body never comes
 	case 503:
-		// The route stays; its Service has nothing serving right now.
-		rt.backend.errors.Add(1)
-		hc.failed(rt, "", "connect", "503", errNoEndpoint)
+		hc.f.noEndpoint(rt)
 		fallthrough
 	default:
 		return hc.errorResponse(status, req.HasBody() || req.Close)
@@ -341,7 +339,7 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 	}
 	replayable := idempotent(req.Method) && (!req.HasBody() || hc.bodyState == bodyWhole)
 	upStart := time.Now()
-	uc, ep, status, err := exchangeUpstream(hc, rt, set, &a, replayable, &hc.resp)
+	uc, ep, status, err := exchangeUpstream(hc.f, hc, rt, set, &a, replayable, &hc.resp)
 	switch {
 	case err != nil:
 		return hc.bodyFailed(err)
@@ -371,11 +369,6 @@ func upstreamStatus(err error) int {
 	return 502
 }
 
-// failed logs an upstream failure once (rate-limited).
-func (hc *h1conn) failed(rt *route, endpoint, stage, action string, err error) {
-	hc.f.p.fails.add(upstreamFailure{listener: hc.f.name, route: rt, endpoint: endpoint, stage: stage, action: action, err: err})
-}
-
 // upstreamFault reports whether a failed exchange failed on the upstream
 // side (worth another attempt) rather than the client's.
 func upstreamFault(err error) bool {
@@ -385,13 +378,18 @@ func upstreamFault(err error) bool {
 
 // refuse answers a request head that breaks a rule.
 func (hc *h1conn) refuse(err error) bool {
-	status := 400
+	hc.f.p.log.Debug("request refused", zap.ByteString("client", hc.client), zap.Error(err))
+	return hc.errorResponse(refusalStatus(err), true)
+}
+
+// refusalStatus is the status that answers a request refused by err: the
+// rule's (an *h1.Error's), else 400.
+func refusalStatus(err error) int {
 	var he *h1.Error
 	if errors.As(err, &he) {
-		status = he.Status
+		return he.Status
 	}
-	hc.f.p.log.Debug("request refused", zap.ByteString("client", hc.client), zap.Error(err))
-	return hc.errorResponse(status, true)
+	return 400
 }
 
 // bodyFailed ends a request whose body could not be relayed: the client
@@ -575,10 +573,10 @@ func (hc *h1conn) forwardResponse(uc *upConn, rt *route) bool {
 			// Nothing reached the client yet: it gets a 502 instead of
 			// a response cut short.
 			hc.bw.Reset(&hc.cw)
-			hc.failed(rt, uc.pool.addr, "response", "502", err)
+			hc.f.failed(rt, uc.pool.addr, "response", "502", err)
 			return hc.errorResponse(502, true)
 		}
-		hc.failed(rt, uc.pool.addr, "response body", "cut off", err)
+		hc.f.failed(rt, uc.pool.addr, "response body", "cut off", err)
 		p.stats.errors.Add(1)
 		return false
 	}
@@ -600,7 +598,7 @@ func (hc *h1conn) upgrade(rt *route, set *endpointSet, a *attempt) bool {
 		ep := b.pick(set, a)
 		if ep == nil {
 			status := upstreamStatus(err)
-			hc.failed(rt, "", "connect", strconv.Itoa(status)+" (no endpoint left)", err)
+			hc.f.failed(rt, "", "connect", strconv.Itoa(status)+" (no endpoint left)", err)
 			return hc.errorResponse(status, true)
 		}
 		a.tried(ep)
@@ -608,7 +606,7 @@ func (hc *h1conn) upgrade(rt *route, set *endpointSet, a *attempt) bool {
 			break
 		}
 		b.connectFailures.Add(1)
-		hc.failed(rt, ep.addr, "connect", "next endpoint", err)
+		hc.f.failed(rt, ep.addr, "connect", "next endpoint", err)
 	}
 	err = hc.sendRequest(uc, rt)
 	if err == nil {
@@ -617,7 +615,7 @@ func (hc *h1conn) upgrade(rt *route, set *endpointSet, a *attempt) bool {
 	if err != nil {
 		uc.c.Close()
 		status := upstreamStatus(err)
-		hc.failed(rt, uc.pool.addr, "response", strconv.Itoa(status), err)
+		hc.f.failed(rt, uc.pool.addr, "response", strconv.Itoa(status), err)
 		return hc.errorResponse(status, true)
 	}
 	if hc.resp.Status != 101 {

@@ -45,9 +45,7 @@ func (hc *h1conn) serveH2(c net.Conn) {
 		IdleTimeout:       cfg.IdleTimeout.Std(),
 		WriteTimeout:      clientWriteTimeout,
 		Go:                f.gp.Go,
-		Logf: func(format string, args ...any) {
-			f.p.log.Debug(fmt.Sprintf(format, args...), zap.String("listener", f.name), zap.ByteString("client", cl.client))
-		},
+		Logf:              cl.logf,
 	}, cl.serve)
 	f.mu.Lock()
 	delete(f.live, hc) // the drain ends it with GOAWAY, not as an idle HTTP/1.1 connection
@@ -81,6 +79,8 @@ type h2exchange struct {
 	// the next copy (a body read ahead as a prefix goes on from them).
 	over []byte
 	num  []byte // a number being formatted
+	// The target as the access log writes it, when it has a query.
+	target []byte
 	// The sticky cookie to set, when the balancer wants one.
 	cookie []byte
 	entry  accessEntry
@@ -100,15 +100,21 @@ type h2exchange struct {
 
 var h2exchanges = sync.Pool{New: func() any { return &h2exchange{buf: make([]byte, 16<<10)} }}
 
+// logf logs one of package h2's protocol errors, at debug level.
+func (cl *h2client) logf(format string, args ...any) {
+	if ce := cl.f.p.log.Check(zap.DebugLevel, "http2"); ce != nil {
+		ce.Message = fmt.Sprintf(format, args...)
+		ce.Write(zap.String("listener", cl.f.name), zap.ByteString("client", cl.client))
+	}
+}
+
 // serve proxies stream s.
 func (cl *h2client) serve(s *h2.Stream) {
 	f := cl.f
 	x := h2exchanges.Get().(*h2exchange)
 	defer h2exchanges.Put(x)
-	x.cl, x.s, x.cookie, x.aborted, x.bodyState, x.bodyIn, x.up, x.over, x.continued = cl, s, x.cookie[:0], false, bodyStreamed, 0, nil, x.over[:0], false
+	x.start(cl, s)
 	e := &x.entry
-	*e = accessEntry{start: time.Now(), listener: f.name, client: cl.client, proto: "HTTP/2.0", upstream: -1, generation: f.p.Generation,
-		tlsVersion: cl.tlsVersion, sni: cl.sni}
 	s.OnReset(x.abort)
 	x.serve()
 	s.OnReset(nil)
@@ -119,6 +125,17 @@ func (cl *h2client) serve(s *h2.Stream) {
 		al.log(e)
 	}
 	x.s, x.cl = nil, nil
+}
+
+// start readies x, from the pool, for stream s of cl.
+func (x *h2exchange) start(cl *h2client, s *h2.Stream) {
+	x.cl, x.s, x.up = cl, s, nil
+	x.cookie, x.over = x.cookie[:0], x.over[:0]
+	x.aborted, x.continued = false, false
+	x.bodyState, x.bodyIn = bodyStreamed, 0
+	f := cl.f
+	x.entry = accessEntry{start: time.Now(), listener: f.name, client: cl.client, proto: "HTTP/2.0", upstream: -1, generation: f.p.Generation,
+		tlsVersion: cl.tlsVersion, sni: cl.sni}
 }
 
 // abort interrupts the upstream exchange of a stream the client reset
@@ -149,25 +166,19 @@ func (x *h2exchange) serve() {
 		return
 	}
 	if err := x.parseHead(); err != nil {
-		status := 400
-		var he *h1.Error
-		if errors.As(err, &he) {
-			status = he.Status
-		}
 		p.log.Debug("request refused", zap.ByteString("client", x.cl.client), zap.Error(err))
-		x.errorResponse(status)
+		x.errorResponse(refusalStatus(err))
 		return
 	}
 	e := &x.entry
-	e.method, e.host, e.target = req.Method, req.Authority, x.target()
+	e.method, e.host, e.target = req.Method, req.Authority, x.logTarget()
 	e.referer, e.userAgent = req.Field("referer"), req.Field("user-agent")
 	var a attempt
 	rt, set, status := p.route(x.cl.f.name, req, &a, e)
 	switch status {
 	case 0:
 	case 503:
-		rt.backend.errors.Add(1)
-		x.failed(rt, "", "connect", "503", errNoEndpoint)
+		x.cl.f.noEndpoint(rt)
 		fallthrough
 	default:
 		x.errorResponse(status)
@@ -182,7 +193,7 @@ func (x *h2exchange) serve() {
 	}
 	replayable := idempotent(req.Method) && (!req.HasBody() || x.bodyState == bodyWhole)
 	upStart := time.Now()
-	uc, ep, status, err := exchangeUpstream(x, rt, set, &a, replayable, &x.resp)
+	uc, ep, status, err := exchangeUpstream(x.cl.f, x, rt, set, &a, replayable, &x.resp)
 	switch {
 	case err != nil:
 		x.bodyFailed(err)
@@ -200,12 +211,13 @@ func (x *h2exchange) serve() {
 	ep.inflight.Add(-1)
 }
 
-// target is the request's target as the access log writes it.
-func (x *h2exchange) target() []byte {
+// logTarget is the request's target as the access log writes it.
+func (x *h2exchange) logTarget() []byte {
 	if len(x.req.Query) == 0 {
 		return x.req.Path
 	}
-	return append(append(x.num[:0:0], x.req.Path...), x.req.Query...)
+	x.target = append(append(x.target[:0], x.req.Path...), x.req.Query...)
+	return x.target
 }
 
 // parseHead writes the stream's request head as an HTTP/1.1 head and
@@ -294,11 +306,6 @@ func appendH1Head(h []byte, r *h2.Request, body bool) ([]byte, error) {
 		}
 	}
 	return append(h, "\r\n"...), nil
-}
-
-// failed logs an upstream failure once (rate-limited).
-func (x *h2exchange) failed(rt *route, endpoint, stage, action string, err error) {
-	x.cl.f.p.fails.add(upstreamFailure{listener: x.cl.f.name, route: rt, endpoint: endpoint, stage: stage, action: action, err: err})
 }
 
 // readBodyAhead reads the request body into x.body before an upstream is
@@ -455,7 +462,7 @@ func (x *h2exchange) forwardResponse(uc *upConn, rt *route) {
 	if resp.Status == 101 {
 		// A protocol switch nobody asked for (HTTP/2 has none).
 		uc.c.Close()
-		x.failed(rt, uc.pool.addr, "response", "502", errors.New("101 Switching Protocols to an HTTP/2 request"))
+		x.cl.f.failed(rt, uc.pool.addr, "response", "502", errors.New("101 Switching Protocols to an HTTP/2 request"))
 		x.errorResponse(502)
 		return
 	}
@@ -508,7 +515,7 @@ func (x *h2exchange) forwardResponse(uc *upConn, rt *route) {
 		// The response was cut off upstream: the stream is reset, so
 		// that the client cannot take a part for the whole.
 		s.Reset(http2.ErrCodeInternal)
-		x.failed(rt, uc.pool.addr, "response body", "cut off", err)
+		x.cl.f.failed(rt, uc.pool.addr, "response body", "cut off", err)
 		x.cl.f.p.stats.errors.Add(1)
 	}
 }

@@ -14,8 +14,7 @@ import (
 )
 
 // rawListener accepts a TCP listener's connections with accept4 itself,
-// through the listener's RawConn, waiting in the runtime's poller as
-// net.TCPListener does. What it saves per connection, measured in
+// waiting in the runtime's poller as net.TCPListener does. What it saves per connection, measured in
 // docs/benchmarks.md: net.TCPListener's Accept sets TCP_NODELAY and four
 // TCP keep-alive options and asks for the local address (six system
 // calls, each announced to the scheduler); nginx makes none of them. Here
@@ -86,11 +85,7 @@ func (l *rawListener) Accept() (net.Conn, error) {
 		default:
 			return nil, os.NewSyscallError("accept4", l.aerr)
 		}
-		c, err := l.newConn()
-		if err != nil {
-			return nil, err
-		}
-		return c, nil
+		return l.newConn()
 	}
 }
 
@@ -124,7 +119,7 @@ func (l *rawListener) accept(fd uintptr) bool {
 }
 
 // newConn wraps the descriptor accepted.
-func (l *rawListener) newConn() (*sockConn, error) {
+func (l *rawListener) newConn() (net.Conn, error) {
 	remote := sockaddrTCP(&l.rsa)
 	f := os.NewFile(uintptr(l.nfd), "tcp")
 	rc, err := f.SyscallConn()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -46,19 +47,13 @@ func workerCommand() *cli.Command {
 			if os.Getenv("GOMAXPROCS") == "" && h.Workers > 1 {
 				runtime.GOMAXPROCS(max(1, runtime.GOMAXPROCS(0)/h.Workers))
 			}
-			if dir := os.Getenv("BATON_WORKER_CPUPROFILE"); dir != "" {
-				stop, err := startCPUProfile(dir)
-				if err != nil {
-					log.Warn("cpu profile", zap.Error(err))
-				} else {
-					defer stop()
-				}
-			}
-			if dir := os.Getenv("BATON_WORKER_TRACE"); dir != "" {
-				stop, err := startTrace(dir)
-				if err != nil {
-					log.Warn("execution trace", zap.Error(err))
-				} else {
+			for _, r := range workerRecordings {
+				if dir := os.Getenv(r.env); dir != "" {
+					stop, err := startRecording(dir, r.ext, r.start, r.stop)
+					if err != nil {
+						log.Warn(r.what, zap.Error(err))
+						continue
+					}
 					defer stop()
 				}
 			}
@@ -71,40 +66,35 @@ func workerCommand() *cli.Command {
 	}
 }
 
-// startCPUProfile writes this worker's CPU profile to dir/worker-PID.prof
-// until the returned function is called: $BATON_WORKER_CPUPROFILE=dir on
-// `baton run` profiles every worker, for the engineer chasing a cost.
-func startCPUProfile(dir string) (func(), error) {
-	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("worker-%d.prof", os.Getpid())))
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}, nil
+// workerRecordings are what a worker records, each to dir/worker-PID.ext
+// while it runs, when `baton run` is given $VAR=dir: for the engineer
+// chasing a cost.
+var workerRecordings = []struct {
+	env, ext, what string
+	start          func(io.Writer) error
+	stop           func()
+}{
+	// The CPU profile: read it with `go tool pprof`.
+	{"BATON_WORKER_CPUPROFILE", "prof", "cpu profile", pprof.StartCPUProfile, pprof.StopCPUProfile},
+	// The execution trace (runtime/trace: which goroutine ran on which
+	// thread and processor, and why each waited): read it with `go tool
+	// trace`. It grows by megabytes a second under load: for short runs.
+	{"BATON_WORKER_TRACE", "trace", "execution trace", trace.Start, trace.Stop},
 }
 
-// startTrace writes this worker's execution trace (runtime/trace: which
-// goroutine ran on which thread and processor, and why each waited) to
-// dir/worker-PID.trace until the returned function is called:
-// $BATON_WORKER_TRACE=dir on `baton run`. Read it with `go tool trace`.
-// A trace grows by megabytes a second under load: for short runs.
-func startTrace(dir string) (func(), error) {
-	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("worker-%d.trace", os.Getpid())))
+// startRecording starts writing to dir/worker-PID.ext with start; the
+// function returned stops it and closes the file.
+func startRecording(dir, ext string, start func(io.Writer) error, stop func()) (func(), error) {
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("worker-%d.%s", os.Getpid(), ext)))
 	if err != nil {
 		return nil, err
 	}
-	if err := trace.Start(f); err != nil {
+	if err := start(f); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return func() {
-		trace.Stop()
+		stop()
 		f.Close()
 	}, nil
 }
