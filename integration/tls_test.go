@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-proxy/baton/integration/internal/backend"
 	"github.com/baton-proxy/baton/integration/internal/certs"
+	"github.com/baton-proxy/baton/integration/internal/harness"
 	"github.com/baton-proxy/baton/supervisor"
 )
 
@@ -304,4 +305,58 @@ routes:
 	waitFor(t, 10*time.Second, "the upstream failure logged with its reason", func() bool {
 		return strings.Contains(b.Logs.String(), "certificate signed by unknown authority")
 	})
+}
+
+// TestTLSOpenSSLBuild: baton built as `make build OPENSSL=1` signs with
+// its RSA key in OpenSSL's libcrypto (the workers load it, and say so),
+// and clients that verify the chain and the handshake's signature are
+// served over TLS 1.3 (RSA-PSS, RFC 8446 §4.4.3) and 1.2 (RFC 5246
+// §7.4.3), before and after a handoff. The ECDSA certificate is untouched.
+func TestTLSOpenSSLBuild(t *testing.T) {
+	bin, err := harness.BuildBatonOpenSSL(t.TempDir(), raceEnabled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := startBackend(t)
+	s := newTLSSetup(t)
+	b := harness.Start(t, bin, s.config(be, options{workers: 2, reusePort: true}, ""))
+	addr := b.Address("websecure")
+	get := func(name string, v uint16) {
+		t.Helper()
+		conf := s.client(name)
+		conf.MinVersion, conf.MaxVersion = v, v
+		tr := &http.Transport{TLSClientConfig: conf}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + addr + "/")
+		if err != nil {
+			t.Fatalf("%s, TLS %x: %v", name, v, err)
+		}
+		resp.Body.Close()
+		if cn := resp.TLS.PeerCertificates[0].Subject.CommonName; resp.StatusCode != 200 || cn != name {
+			t.Errorf("%s, TLS %x: %d from %q", name, v, resp.StatusCode, cn)
+		}
+	}
+	for round := range 2 {
+		for _, w := range b.ActiveWorkers() {
+			maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", w.PID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(maps), "libcrypto.so") {
+				t.Errorf("worker %d has not loaded libcrypto", w.PID)
+			}
+		}
+		for _, v := range []uint16{tls.VersionTLS13, tls.VersionTLS12} {
+			get("b.example", v)
+			get("a.example", v)
+		}
+		if round == 0 {
+			if h := b.SIGHUP(); h.Outcome != supervisor.OutcomeOK {
+				t.Fatalf("handoff: %s %s", h.Outcome, h.Reason)
+			}
+		}
+	}
+	if logs := b.Logs.String(); !strings.Contains(logs, "RSA keys sign in OpenSSL") {
+		t.Errorf("no worker said its RSA keys sign in OpenSSL:\n%s", logs)
+	}
 }

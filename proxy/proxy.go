@@ -52,6 +52,8 @@ type Proxy struct {
 	logDropped func() uint64
 	// tlsConfigs are the TLS listeners' configs, built by Serve.
 	tlsConfigs []*tls.Config
+	// opensslOnce logs, once, whether RSA keys sign in OpenSSL.
+	opensslOnce sync.Once
 	// TicketKeys, set before Serve, are the TLS session-ticket keys to
 	// start with (newest first); setTicketKeys replaces them.
 	TicketKeys [][]byte
@@ -141,7 +143,7 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 				alpn = nil
 			}
 			var err error
-			if tc, err = newTLSConfig(lc.TLS, alpn); err != nil {
+			if tc, err = p.newTLSConfig(lc.TLS, alpn); err != nil {
 				return fmt.Errorf("listener %q: %w", lc.Name, err)
 			}
 			p.tlsConfigs = append(p.tlsConfigs, tc)

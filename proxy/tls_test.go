@@ -12,10 +12,13 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/internal/opensslrsa"
+	"go.uber.org/zap"
 )
 
 // selfSigned returns a PEM certificate and key for name, with key.
@@ -39,24 +42,11 @@ func selfSigned(t *testing.T, name string, key crypto.Signer) config.Certificate
 func TestTLSDualCertificates(t *testing.T) {
 	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	rk, _ := rsa.GenerateKey(rand.Reader, 2048)
-	tc, err := newTLSConfig(&config.ListenerTLS{Certificates: []config.Certificate{selfSigned(t, "a.example", ec), selfSigned(t, "a.example", rk)}}, nil)
+	tc, err := (&Proxy{log: zap.NewNop()}).newTLSConfig(&config.ListenerTLS{Certificates: []config.Certificate{selfSigned(t, "a.example", ec), selfSigned(t, "a.example", rk)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", tc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { c.(*tls.Conn).Handshake(); c.Close() }()
-		}
-	}()
+	addr := serveHandshakes(t, tc)
 	for _, tcase := range []struct {
 		name   string
 		client *tls.Config
@@ -66,12 +56,61 @@ func TestTLSDualCertificates(t *testing.T) {
 		{"RSA only", &tls.Config{ServerName: "a.example", InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12,
 			CipherSuites: []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256}}, x509.RSA},
 	} {
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", ln.Addr().String(), tcase.client)
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, tcase.client)
 		if err != nil {
 			t.Fatalf("%s: %v", tcase.name, err)
 		}
 		if got := c.ConnectionState().PeerCertificates[0].PublicKeyAlgorithm; got != tcase.want {
 			t.Errorf("%s: got a %v certificate, want %v", tcase.name, got, tcase.want)
+		}
+		c.Close()
+	}
+}
+
+// serveHandshakes serves TLS handshakes with tc on a loopback port until
+// the test ends, and returns its address.
+func serveHandshakes(t *testing.T, tc *tls.Config) string {
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { c.(*tls.Conn).Handshake(); c.Close() })
+		}
+	})
+	return ln.Addr().String()
+}
+
+// An RSA key signs in OpenSSL in a binary built with it, in Go otherwise,
+// and either way the handshake's signature verifies at the client, in TLS
+// 1.3 (CertificateVerify, RFC 8446 §4.4.3) and 1.2 (ServerKeyExchange, RFC
+// 5246 §7.4.3). PKCS #1 v1.5, which Go's client never asks for, is
+// checked in package opensslrsa.
+func TestTLSRSASigner(t *testing.T) {
+	rk, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := (&Proxy{log: zap.NewNop()}).newTLSConfig(&config.ListenerTLS{Certificates: []config.Certificate{selfSigned(t, "r.example", rk)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, inGo := tc.Certificates[0].PrivateKey.(*rsa.PrivateKey); inGo == opensslrsa.Built {
+		t.Fatalf("built with OpenSSL %v, key signs in Go %v", opensslrsa.Built, inGo)
+	}
+	addr := serveHandshakes(t, tc)
+	for _, v := range []uint16{tls.VersionTLS13, tls.VersionTLS12} {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+			&tls.Config{ServerName: "r.example", InsecureSkipVerify: true, MinVersion: v, MaxVersion: v})
+		if err != nil {
+			t.Fatalf("TLS %x: %v", v, err)
 		}
 		c.Close()
 	}

@@ -22,5 +22,8 @@ if [ ${#need[@]} -gt 0 ]; then
   service haproxy stop 2>/dev/null || true
 fi
 CGO_ENABLED=0 go build -tags urfave_cli_no_docs -o bin/baton ./cmd/baton  # as make build
+# As make build OPENSSL=1, for the full RSA row (needs gcc; skipped without).
+CGO_ENABLED=1 go build -tags urfave_cli_no_docs,openssl -o bin/baton-openssl ./cmd/baton ||
+  { echo "bench: no OpenSSL build of baton (gcc?): the RSA row has the default build only" >&2; rm -f bin/baton-openssl; }
 go build -o bin/loadgen ./integration/cmd/loadgen
 go run ./integration/cmd/bench -bin bin -out docs/benchmarks.md -json docs/benchmarks.json

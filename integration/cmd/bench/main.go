@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -68,6 +69,7 @@ func main() {
 	only := flag.String("targets", "direct,baton,nginx,haproxy", "targets to measure")
 	speedOnly := flag.Bool("speed-only", false, "measure throughput and latency only (for profiling; the report lacks the rest)")
 	rerender := flag.Bool("report-only", false, "measure nothing: write the report of the raw results in -json anew (after the report's text changed)")
+	phases := flag.String("phases", "speed,tls,rsa,accesslog,targets,timeline", "what to measure: throughput (speed), the TLS rows (tls), full RSA handshakes (rsa), the access log's cost, each target's reloads and memory (targets), baton's handoff timeline")
 	flag.Parse()
 	if *rerender {
 		var res Results
@@ -120,28 +122,48 @@ func main() {
 	defer be.Close()
 
 	names := strings.Split(*only, ",")
+	do := map[string]bool{}
+	for _, p := range strings.Split(*phases, ",") {
+		do[p] = true
+	}
+	if *speedOnly {
+		do = map[string]bool{"speed": true}
+	}
+	withBaton := slices.Contains(names, "baton")
 	for round := range s.SpeedRounds {
 		for _, name := range rotate(names, round) {
-			r.measureSpeed(name, round)
-			r.measureTLS(name, round)
+			if do["speed"] {
+				r.measureSpeed(name, round)
+			}
+			if do["tls"] {
+				r.measureTLS(name, round)
+			}
 		}
-		if strings.Contains(*only, "baton") {
+		if withBaton && do["accesslog"] {
 			r.measureAccessLog(round)
 		}
 	}
-	r.key = "rsa"
-	for round := range s.SpeedRounds {
-		for _, name := range rotate(names, round) {
-			r.measureTLSFull(name, round)
+	if do["rsa"] {
+		// baton built with OpenSSL, beside the default build, where make
+		// bench could build it.
+		rsaNames := names
+		if _, err := os.Stat(filepath.Join(absBin, "baton-openssl")); err == nil && withBaton {
+			rsaNames = append(slices.Clone(names), "baton-openssl")
 		}
+		r.key = "rsa"
+		for round := range s.SpeedRounds {
+			for _, name := range rotate(rsaNames, round) {
+				r.measureTLSFull(name, round)
+			}
+		}
+		r.key = "ecdsa"
 	}
-	r.key = "ecdsa"
 	for _, name := range names {
-		if !*speedOnly {
+		if do["targets"] {
 			r.measureTarget(name)
 		}
 	}
-	if strings.Contains(*only, "baton") && !*speedOnly {
+	if withBaton && do["timeline"] {
 		r.timeline()
 	}
 	b, _ := json.MarshalIndent(r.res, "", "  ")
@@ -168,7 +190,9 @@ func (b *bench) newTarget(name string, workers int) target {
 	files := b.certs[b.key]
 	switch name {
 	case "baton", "baton-accesslog":
-		return &baton{dir: dir, bin: filepath.Join(b.bin, "baton"), workers: workers, tls: files, accessLog: name == "baton-accesslog"}
+		return &baton{name: "baton", dir: dir, bin: filepath.Join(b.bin, "baton"), workers: workers, tls: files, accessLog: name == "baton-accesslog"}
+	case "baton-openssl":
+		return &baton{name: name, dir: dir, bin: filepath.Join(b.bin, "baton-openssl"), workers: workers, tls: files}
 	case "nginx":
 		return &nginx{dir: dir, tls: files}
 	case "haproxy":

@@ -136,8 +136,10 @@ func (direct) PIDs() map[string][]int { return nil }
 // the chain and the key, and both in one file (HAProxy's crt).
 type tlsFiles struct{ cert, key, combined string }
 
-// baton runs bin/baton.
+// baton runs bin/baton (name "baton"), or bin/baton-openssl, built with
+// OpenSSL's RSA signatures (name "baton-openssl").
 type baton struct {
+	name      string
 	dir, bin  string
 	workers   int
 	tls       tlsFiles
@@ -145,7 +147,7 @@ type baton struct {
 	p         *proc
 }
 
-func (b *baton) Name() string      { return "baton" }
+func (b *baton) Name() string      { return b.name }
 func (b *baton) HTTPAddr() string  { return "127.0.0.1:18080" }
 func (b *baton) TCPAddr() string   { return "127.0.0.1:18081" }
 func (b *baton) HTTPSAddr() string { return "127.0.0.1:18443" }
@@ -204,7 +206,7 @@ routes:
 	for {
 		st, err := b.status()
 		if err == nil && st.Ready {
-			return nil
+			return b.checkOpenSSL()
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("baton not ready after 30s: %v", err)
@@ -245,6 +247,24 @@ func (b *baton) status() (*supervisor.Status, error) {
 	}
 	var st supervisor.Status
 	return &st, json.Unmarshal(resp.Result, &st)
+}
+
+// checkOpenSSL makes sure that the workers of baton-openssl loaded
+// OpenSSL's libcrypto (else they sign in Go, and the row says nothing).
+func (b *baton) checkOpenSSL() error {
+	if b.name != "baton-openssl" {
+		return nil
+	}
+	for _, pid := range b.PIDs()["worker"] {
+		maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(maps), "libcrypto.so") {
+			return fmt.Errorf("worker %d has no libcrypto: its RSA keys sign in Go", pid)
+		}
+	}
+	return nil
 }
 
 func (b *baton) Stop() { b.p.stop(syscall.SIGTERM, 40*time.Second) }

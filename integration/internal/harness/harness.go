@@ -30,14 +30,27 @@ func BuildBaton(dir string, race bool) (string, error) {
 	return Build(dir, "baton", "github.com/baton-proxy/baton/cmd/baton", race)
 }
 
+// BuildBatonOpenSSL builds cmd/baton into dir as `make build OPENSSL=1`
+// does: with cgo and the openssl tag, so that RSA keys sign in OpenSSL.
+func BuildBatonOpenSSL(dir string, race bool) (string, error) {
+	return build(dir, "baton-openssl", "github.com/baton-proxy/baton/cmd/baton", race, []string{"CGO_ENABLED=1"}, "-tags", "openssl")
+}
+
 // Build builds the command pkg into dir/name.
 func Build(dir, name, pkg string, race bool) (string, error) {
+	return build(dir, name, pkg, race, nil)
+}
+
+// build builds pkg into dir/name with env added to the environment and
+// flags added to go build's.
+func build(dir, name, pkg string, race bool, env []string, flags ...string) (string, error) {
 	bin := filepath.Join(dir, name)
-	args := []string{"build", "-o", bin}
+	args := append([]string{"build", "-o", bin}, flags...)
 	if race {
 		args = append(args, "-race")
 	}
 	cmd := exec.Command("go", append(args, pkg)...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("build %s: %w", name, err)
