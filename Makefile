@@ -66,15 +66,9 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# Each fuzzer for FUZZTIME (make fuzz FUZZTIME=1h); what they find is
-# written to the package's testdata/fuzz and replayed by every go test.
-# New inputs are minimised for at most 2 s (the default minute stalls a
-# fuzzer whose inputs grow fast).
+# Each fuzzer for FUZZTIME (make fuzz FUZZTIME=1h): scripts/fuzz.sh.
 fuzz:
-	@for f in $(FUZZERS); do \
-	  echo "fuzz $${f#*:} ($${f%%:*}) for $(FUZZTIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$${f#*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s -timeout 0 "$${f%%:*}" || exit 1; \
-	done
+	./scripts/fuzz.sh $(FUZZTIME) $(FUZZERS)
 
 # Side by side with nginx and HAProxy (installed from Debian's packages when
 # missing); writes docs/benchmarks.md. BENCH_QUICK=1 for a short run.
