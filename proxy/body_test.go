@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 )
 
 // bodyConfig routes /buffered with request buffering and a body limit,
@@ -69,13 +67,7 @@ func newCountingBackend(t *testing.T) *countingBackend {
 func TestBufferedBodyHoldsNoBackendConnection(t *testing.T) {
 	cb := newCountingBackend(t)
 	_, web, _ := startProxy(t, bodyConfig(cb.addr))
-	c, err := net.Dial("tcp", web)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(c)
+	c, br := dialWeb(t, web)
 	io.WriteString(c, "POST /buffered HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
 	for _, part := range []string{"3\r\nabc\r\n", "4\r\ndefg\r\n"} {
 		io.WriteString(c, part)

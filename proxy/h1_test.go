@@ -69,13 +69,7 @@ func TestChunkedRequestBodyAndExpectContinue(t *testing.T) {
 		t.Fatalf("chunked POST: %q", body)
 	}
 	// A client that waits for 100 Continue before sending its body.
-	c, err := net.Dial("tcp", web)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(c)
+	c, br := dialWeb(t, web)
 	io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
 	line, err := br.ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100") {
@@ -128,14 +122,8 @@ func TestUpgradeIsTunnelled(t *testing.T) {
 	}))
 	defer be.Close()
 	_, web, _ := startProxy(t, webConfig(hostOf(be)))
-	c, err := net.Dial("tcp", web)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c, br := dialWeb(t, web)
 	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != 101 || resp.Header.Get("Upgrade") != "echo" {
 		t.Fatalf("upgrade: %v %+v", err, resp)

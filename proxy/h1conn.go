@@ -68,6 +68,7 @@ type h1conn struct {
 	body      memWriter
 	bodyState bodyState
 	continued bool // 100 Continue was sent for this request
+	parsed    bool // req holds the head handle is given (serveInline parsed it)
 }
 
 // bodyState says how much of a request's body was read ahead.
@@ -88,18 +89,101 @@ func (hc *h1conn) serve() {
 	if hc.tls != nil && !hc.handshake() {
 		return
 	}
+	sc, _ := hc.c.(*sockConn) // plain HTTP, no PROXY header
 	for first := true; ; first = false {
-		head, err := hc.readRequestHead(first)
+		var head []byte
+		var err error
+		if sc != nil && !first {
+			var done bool
+			if head, done, err = hc.serveInline(sc); done {
+				return
+			}
+		}
+		if head == nil && err == nil {
+			if head, err = hc.readRequestHead(first); err == nil && head == nil {
+				return // served as HTTP/2
+			}
+		}
 		if err != nil {
 			hc.headError(err)
 			return
 		}
-		if head == nil {
-			return // served as HTTP/2
-		}
 		if !hc.handle(head) {
 			return
 		}
+	}
+}
+
+// serveInline serves the requests of a plain connection that need nothing
+// but their head (no body, no upgrade: most of them), each as soon as its
+// head is read, all inside one read session (sockConn.readSession): after
+// a response, when the last read left the socket empty, it waits for the
+// next request at once, without the read that would find nothing. It
+// returns done when the connection is to close; the head of a request
+// that needs more, parsed when hc.parsed says so, for handle; the error
+// that ended the wait for a head; or nothing, when a head came in pieces
+// (readRequestHead reads the rest, under ReadHeaderTimeout).
+func (hc *h1conn) serveInline(sc *sockConn) (head []byte, done bool, err error) {
+	idle := hc.f.p.cfg.HTTP.IdleTimeout.Std()
+	drained := false // the last read left the socket empty
+	step := func() bool {
+		for {
+			if len(hc.rd.Buffered()) == 0 {
+				if drained {
+					// Wait for the next request, as readRequestHead
+					// does, unless the drain closed in on us.
+					hc.state.Store(connIdle)
+					if hc.state.Load() == connClosing {
+						err = os.ErrDeadlineExceeded
+						return true
+					}
+					hc.rd.ExtendDeadline(time.Now(), idle)
+					drained = false // the next step follows input, or a deadline
+					return false
+				}
+				short, rerr := hc.rd.FillFrom(sc.readNow)
+				switch {
+				case rerr == errWouldBlock:
+					drained = true
+					continue
+				case rerr != nil:
+					err = rerr
+					return true
+				}
+				drained = short
+				if hc.state.Load() != connActive && !hc.state.CompareAndSwap(connIdle, connActive) {
+					hc.activate() // the drain marked us closing as the request arrived
+				}
+			}
+			if !hc.rd.HasHead() {
+				return true
+			}
+			h, _ := hc.rd.ReadRequestHead() // whole: it reads nothing
+			perr := hc.req.Parse(h)
+			if perr != nil || hc.req.HasBody() || hc.req.Upgrade != nil {
+				head, hc.parsed = h, perr == nil
+				return true
+			}
+			hc.parsed = true
+			if !hc.handle(h) {
+				done = true
+				return true
+			}
+		}
+	}
+	for {
+		werr := sc.readSession(step)
+		if err == nil {
+			err = werr
+		}
+		if err != nil && hc.state.Load() == connClosing && isTimeout(err) && pendingInput(hc.c) {
+			// The drain closed in on a request that was arriving: serve
+			// it (with Connection: close).
+			hc.activate()
+			err, drained = nil, false
+			continue
+		}
+		return head, done, err
 	}
 }
 
@@ -312,7 +396,9 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 	p.stats.requests.Add(1)
 	req := &hc.req
 	hc.bodyState, hc.continued, hc.extra = bodyStreamed, false, hc.extra[:0]
-	if err := req.Parse(head); err != nil {
+	if hc.parsed {
+		hc.parsed = false
+	} else if err := req.Parse(head); err != nil {
 		return hc.refuse(err)
 	}
 	hc.noteRequest()

@@ -89,6 +89,19 @@ routes:
 
 func hostOf(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
 
+// dialWeb connects to the proxy's listener at web, with a 10 s deadline
+// (closed when the test ends), and returns a reader of the connection.
+func dialWeb(t *testing.T, web string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c, bufio.NewReader(c)
+}
+
 // TestForwardedAndHopByHopHeaders checks what reaches the backend about
 // the client: from an untrusted client, baton's own X-Forwarded-* (a
 // spoofed chain is dropped, as Envoy's use_remote_address); from a

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -52,6 +53,9 @@ type sockConn struct {
 	hold bool   // the next Write is held for the next Read
 	held []byte // the bytes held: the writer's buffer, untouched until then
 
+	// During a readSession: the socket, for readNow (-1 outside one).
+	sfd int
+
 	// lazyNoDelay: TCP_NODELAY is set before the connection's second
 	// write, not at accept (nginx's way). A connection that answers once
 	// and closes writes once, and a single write never waits for Nagle;
@@ -76,7 +80,7 @@ func newSockConn(c net.Conn) net.Conn {
 
 // newSockConnRaw returns c, whose socket rc reaches, as a sockConn.
 func newSockConnRaw(c net.Conn, rc syscall.RawConn) *sockConn {
-	s := &sockConn{Conn: c, rc: rc}
+	s := &sockConn{Conn: c, rc: rc, sfd: -1}
 	s.readFn, s.sendFn, s.writeFn = s.read, s.sendThenRead, s.write
 	return s
 }
@@ -117,6 +121,11 @@ func (c *sockConn) holdNext() { c.hold = true }
 func (c *sockConn) unhold() { c.hold = false }
 
 func (c *sockConn) Read(p []byte) (int, error) {
+	if c.sfd >= 0 {
+		// A second wait inside the session's would never end: the
+		// session holds the connection's read lock.
+		return 0, errInSession
+	}
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -185,6 +194,57 @@ func (c *sockConn) sendThenRead(fd uintptr) bool {
 		return true
 	}
 	return false // sent: wait for the answer
+}
+
+// errWouldBlock is readNow's "nothing to read now".
+var errWouldBlock = errors.New("read would block")
+
+// errInSession is a Read made during a readSession, a bug: only readNow
+// reads there.
+var errInSession = errors.New("sockConn: Read inside a read session")
+
+// readSession calls step inside one wait for the connection's input (one
+// RawConn.Read) until step reports done; when it does not, the session
+// waits for input (or the read deadline) and calls it again. Inside step,
+// the connection is read with readNow, never with Read.
+//
+// What it saves: each Read arms the runtime's readiness anew before it
+// reads, forgetting input whose arrival the poller saw before, so a Read
+// must try a read before it may wait, and after a response that read
+// finds nothing. Within one session readiness is armed once: input that
+// arrives after a read that emptied the socket always ends the next wait.
+// So a step that saw its last read return less than it asked for (the
+// socket had nothing more) may wait at once, as nginx trusts a short read.
+func (c *sockConn) readSession(step func() (done bool)) error {
+	err := c.rc.Read(func(fd uintptr) bool {
+		c.sfd = int(fd)
+		done := step()
+		c.sfd = -1
+		return done
+	})
+	c.sfd = -1
+	return err
+}
+
+// readNow reads once into p inside a readSession, without waiting: it
+// returns errWouldBlock when there is nothing to read, and 0, io.EOF at
+// the end of the input.
+func (c *sockConn) readNow(p []byte) (int, error) {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(c.sfd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		switch e {
+		case 0:
+			if n == 0 {
+				return 0, io.EOF
+			}
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, errWouldBlock
+		}
+		return 0, os.NewSyscallError("read", e)
+	}
 }
 
 func (c *sockConn) Write(p []byte) (int, error) {

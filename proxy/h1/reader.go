@@ -80,6 +80,28 @@ func (rd *Reader) Consume(n int) { rd.r += n }
 // bytes to the front, or grows the buffer (up to the limit) when it is
 // full, or fails with ErrHeadTooLarge.
 func (rd *Reader) Fill() error {
+	if err := rd.makeRoom(); err != nil {
+		return err
+	}
+	n, err := rd.c.Read(rd.buf[rd.w:])
+	return rd.advance(n, err)
+}
+
+// FillFrom is Fill with read in place of the connection's Read, for a
+// caller that reads the connection its own way. It also reports whether
+// the read returned less than it had room for: a socket's read that does
+// so left nothing behind.
+func (rd *Reader) FillFrom(read func([]byte) (int, error)) (short bool, err error) {
+	if err := rd.makeRoom(); err != nil {
+		return false, err
+	}
+	room := len(rd.buf) - rd.w
+	n, err := read(rd.buf[rd.w:])
+	return n < room, rd.advance(n, err)
+}
+
+// makeRoom makes room at the end of the buffer for a read.
+func (rd *Reader) makeRoom() error {
 	if rd.r > 0 {
 		if rd.r == rd.w {
 			rd.r, rd.w = 0, 0
@@ -97,7 +119,11 @@ func (rd *Reader) Fill() error {
 		rd.r = 0
 		rd.buf = nb
 	}
-	n, err := rd.c.Read(rd.buf[rd.w:])
+	return nil
+}
+
+// advance takes in the n bytes a read returned, with its error.
+func (rd *Reader) advance(n int, err error) error {
 	rd.w += n
 	if n > 0 {
 		return nil
