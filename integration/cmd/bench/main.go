@@ -29,16 +29,13 @@ type settings struct {
 	HandoffRun    time.Duration `json:"handoffRunNs"`
 	TLSHandoffRun time.Duration `json:"tlsHandoffRunNs"`
 	ReloadEvery   time.Duration `json:"reloadEveryNs"`
-	ThroughputRun time.Duration `json:"throughputRunNs"`
-	// SpeedRounds interleaves the throughput runs of the targets this
-	// many times, each round in another order, and keeps each row's best
-	// for each target: the machine is shared, a neighbour's burst only
-	// ever slows a run down, and a target should not win by its place in
-	// the order (measured: the one run second gained up to 25%).
-	SpeedRounds      int   `json:"speedRounds"`
-	Concurrency      int   `json:"concurrency"`
-	TimelineHandoffs int   `json:"timelineHandoffs"`
-	TimelineWorkers  []int `json:"timelineWorkers"`
+	// Turn and Rounds: every throughput row is measured in Rounds
+	// rounds, each target one Turn per round (interleave.go).
+	Turn             time.Duration `json:"turnNs"`
+	Rounds           int           `json:"rounds"`
+	Concurrency      int           `json:"concurrency"`
+	TimelineHandoffs int           `json:"timelineHandoffs"`
+	TimelineWorkers  []int         `json:"timelineWorkers"`
 }
 
 // Results is everything one run measured; docs/benchmarks.json holds the
@@ -58,7 +55,10 @@ type Results struct {
 	TLS         map[string]tlsResult  `json:"tls"`
 	TLSHandoffs map[string]handoffRun `json:"tlsHandoffs"`
 	AccessLog   *accessLogResult      `json:"accessLog,omitempty"`
-	Errors      []string              `json:"errors,omitempty"`
+	// Rounds has each round's rate of a throughput row (its key in
+	// interleave.go), by target: the spread behind the sums.
+	Rounds map[string]map[string][]float64 `json:"rounds"`
+	Errors []string                        `json:"errors,omitempty"`
 }
 
 func main() {
@@ -86,10 +86,10 @@ func main() {
 		return
 	}
 
-	s := settings{HandoffRun: 40 * time.Second, TLSHandoffRun: 24 * time.Second, ReloadEvery: 400 * time.Millisecond, ThroughputRun: 10 * time.Second, SpeedRounds: 3,
+	s := settings{HandoffRun: 40 * time.Second, TLSHandoffRun: 24 * time.Second, ReloadEvery: 400 * time.Millisecond, Turn: 3 * time.Second, Rounds: 10,
 		Concurrency: 32, TimelineHandoffs: 100, TimelineWorkers: []int{1, 2, 4}}
 	if *quick {
-		s = settings{HandoffRun: 12 * time.Second, TLSHandoffRun: 10 * time.Second, ReloadEvery: 400 * time.Millisecond, ThroughputRun: 4 * time.Second, SpeedRounds: 1,
+		s = settings{HandoffRun: 12 * time.Second, TLSHandoffRun: 10 * time.Second, ReloadEvery: 400 * time.Millisecond, Turn: 2 * time.Second, Rounds: 2,
 			Concurrency: 32, TimelineHandoffs: 20, TimelineWorkers: []int{1, 2}}
 	}
 	work, err := os.MkdirTemp("", "baton-bench-")
@@ -109,6 +109,7 @@ func main() {
 
 		TLS:         map[string]tlsResult{},
 		TLSHandoffs: map[string]handoffRun{},
+		Rounds:      map[string]map[string][]float64{},
 	}}
 	if r.certs, err = makeCerts(work); err != nil {
 		fatal(err)
@@ -130,32 +131,34 @@ func main() {
 		do = map[string]bool{"speed": true}
 	}
 	withBaton := slices.Contains(names, "baton")
-	for round := range s.SpeedRounds {
-		for _, name := range rotate(names, round) {
-			if do["speed"] {
-				r.measureSpeed(name, round)
-			}
-			if do["tls"] {
-				r.measureTLS(name, round)
-			}
+	if do["speed"] || do["tls"] {
+		var rows []row
+		if do["speed"] {
+			rows = append(rows, r.speedRows()...)
 		}
-		if withBaton && do["accesslog"] {
-			r.measureAccessLog(round)
+		if do["tls"] {
+			rows = append(rows, r.tlsRows()...)
 		}
+		ts := r.startAll(names)
+		r.keep(r.interleave(ts, rows))
+		stopAll(ts)
+	}
+	if withBaton && do["accesslog"] {
+		ts := r.startAll([]string{"baton", "baton-accesslog"})
+		r.keep(r.interleave(ts, []row{r.accessLogRow()}))
+		stopAll(ts)
 	}
 	if do["rsa"] {
 		// baton built with OpenSSL, beside the default build, where make
 		// bench could build it.
-		rsaNames := names
+		rsaNames := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == "direct" })
 		if _, err := os.Stat(filepath.Join(absBin, "baton-openssl")); err == nil && withBaton {
-			rsaNames = append(slices.Clone(names), "baton-openssl")
+			rsaNames = append(rsaNames, "baton-openssl")
 		}
 		r.key = "rsa"
-		for round := range s.SpeedRounds {
-			for _, name := range rotate(rsaNames, round) {
-				r.measureTLSFull(name, round)
-			}
-		}
+		ts := r.startAll(rsaNames)
+		r.keep(r.interleave(ts, []row{r.rsaRow()}))
+		stopAll(ts)
 		r.key = "ecdsa"
 	}
 	for _, name := range names {
@@ -189,10 +192,12 @@ func (b *bench) newTarget(name string, workers int) target {
 	os.MkdirAll(dir, 0o700)
 	files := b.certs[b.key]
 	switch name {
-	case "baton", "baton-accesslog":
-		return &baton{name: "baton", dir: dir, bin: filepath.Join(b.bin, "baton"), workers: workers, tls: files, accessLog: name == "baton-accesslog"}
+	case "baton":
+		return &baton{name: name, port: 18000, dir: dir, bin: filepath.Join(b.bin, "baton"), workers: workers, tls: files}
+	case "baton-accesslog":
+		return &baton{name: name, port: 16000, dir: dir, bin: filepath.Join(b.bin, "baton"), workers: workers, tls: files, accessLog: true}
 	case "baton-openssl":
-		return &baton{name: name, dir: dir, bin: filepath.Join(b.bin, "baton-openssl"), workers: workers, tls: files}
+		return &baton{name: name, port: 17000, dir: dir, bin: filepath.Join(b.bin, "baton-openssl"), workers: workers, tls: files}
 	case "nginx":
 		return &nginx{dir: dir, tls: files}
 	case "haproxy":
@@ -220,30 +225,6 @@ func (b *bench) run(name, what string, fn func(t target) error) {
 	if err := fn(t); err != nil {
 		b.errorf("%s: %s: %v", name, what, err)
 	}
-}
-
-// rotate returns names started at round's place, so that each target
-// takes each place in the order in turn.
-func rotate(names []string, round int) []string {
-	k := round % len(names)
-	return append(append([]string(nil), names[k:]...), names[:k]...)
-}
-
-// measureSpeed runs one round of throughput and latency for target name
-// and keeps, row by row, the best so far.
-func (b *bench) measureSpeed(name string, round int) {
-	b.run(name, fmt.Sprintf("throughput and latency, round %d", round+1), func(t target) error {
-		sp, err := b.speed(t)
-		old := b.res.Speed[name]
-		old.KeepAlive = best(old.KeepAlive, sp.KeepAlive)
-		old.NewConn = best(old.NewConn, sp.NewConn)
-		old.TCP = best(old.TCP, sp.TCP)
-		if old.Wrk == nil || (sp.Wrk != nil && sp.Wrk.RPS > old.Wrk.RPS) {
-			old.Wrk = sp.Wrk
-		}
-		b.res.Speed[name] = old
-		return err
-	})
 }
 
 // measureTarget runs the other measurements of one target, started afresh

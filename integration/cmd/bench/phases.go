@@ -104,32 +104,14 @@ type speedResult struct {
 	Wrk       *wrkResult   `json:"wrk,omitempty"`
 }
 
-func (b *bench) speed(t target) (speedResult, error) {
-	var sp speedResult
-	c := strconv.Itoa(b.s.Concurrency)
-	d := b.s.ThroughputRun.String()
-	var err error
-	// A short warm-up fills connection pools.
-	b.loadgen("-http", t.HTTPAddr(), "-keepalive", c, "-duration", "1s")
-	if sp.KeepAlive, err = b.loadgen("-http", t.HTTPAddr(), "-keepalive", c, "-duration", d); err != nil {
-		return sp, err
-	}
-	if sp.NewConn, err = b.loadgen("-http", t.HTTPAddr(), "-newconn", c, "-duration", d); err != nil {
-		return sp, err
-	}
-	if sp.TCP, err = b.loadgen("-tcp", t.TCPAddr(), "-tcp-streams", c, "-stream-life", "1h", "-stream-interval", "-1ns", "-duration", d); err != nil {
-		return sp, err
-	}
-	sp.Wrk, err = runWrk(t.HTTPAddr(), b.s.Concurrency, b.s.ThroughputRun)
-	return sp, err
-}
-
 // wrkResult is wrk's own measurement, a cross-check of ours.
 type wrkResult struct {
 	RPS    float64 `json:"rps"`
 	P50    float64 `json:"p50Ms"`
 	P99    float64 `json:"p99Ms"`
 	Errors int     `json:"errors"`
+
+	seconds float64 // how long wrk ran
 }
 
 var (
@@ -147,7 +129,7 @@ func runWrk(addr string, conns int, d time.Duration) (*wrkResult, error) {
 		return nil, fmt.Errorf("wrk: %v: %s", err, out)
 	}
 	s := string(out)
-	w := &wrkResult{}
+	w := &wrkResult{seconds: d.Seconds()}
 	if m := wrkRPS.FindStringSubmatch(s); m != nil {
 		w.RPS, _ = strconv.ParseFloat(m[1], 64)
 	}

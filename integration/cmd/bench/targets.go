@@ -140,6 +140,7 @@ type tlsFiles struct{ cert, key, combined string }
 // OpenSSL's RSA signatures (name "baton-openssl").
 type baton struct {
 	name      string
+	port      int // the base of its ports: port+80 (HTTP), +81 (TCP), +443 (HTTPS)
 	dir, bin  string
 	workers   int
 	tls       tlsFiles
@@ -148,9 +149,10 @@ type baton struct {
 }
 
 func (b *baton) Name() string      { return b.name }
-func (b *baton) HTTPAddr() string  { return "127.0.0.1:18080" }
-func (b *baton) TCPAddr() string   { return "127.0.0.1:18081" }
-func (b *baton) HTTPSAddr() string { return "127.0.0.1:18443" }
+func (b *baton) HTTPAddr() string  { return b.addr(80) }
+func (b *baton) TCPAddr() string   { return b.addr(81) }
+func (b *baton) HTTPSAddr() string { return b.addr(443) }
+func (b *baton) addr(p int) string { return "127.0.0.1:" + strconv.Itoa(b.port+p) }
 func (b *baton) socket() string    { return filepath.Join(b.dir, "run", "control.sock") }
 
 func (b *baton) Start() error {

@@ -9,11 +9,9 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/baton-proxy/baton/integration/internal/load"
@@ -76,62 +74,9 @@ type tlsResult struct {
 	H2        *load.Result `json:"h2"`
 }
 
-// best keeps the result with more requests per second.
-func best(old, cur *load.Result) *load.Result {
-	if old == nil || (cur != nil && cur.RPS() > old.RPS()) {
-		return cur
-	}
-	return old
-}
-
-// measureTLS runs one round of the ECDSA rows for target name.
-func (b *bench) measureTLS(name string, round int) {
-	if name == "direct" {
-		return
-	}
-	b.run(name, fmt.Sprintf("TLS, round %d", round+1), func(t target) error {
-		c, d := strconv.Itoa(b.s.Concurrency), b.s.ThroughputRun.String()
-		tr := b.res.TLS[name]
-		defer func() { b.res.TLS[name] = tr }()
-		b.loadgen("-http", t.HTTPSAddr(), "-tls", "-keepalive", c, "-duration", "1s") // warm-up
-		for _, row := range []struct {
-			dst  **load.Result
-			args []string
-		}{
-			{&tr.FullECDSA, []string{"-newconn", c}},
-			{&tr.Resumed, []string{"-newconn", c, "-tls-resume"}},
-			{&tr.KeepAlive, []string{"-keepalive", c}},
-			{&tr.H2, []string{"-h2", c}},
-		} {
-			res, err := b.loadgen(append([]string{"-http", t.HTTPSAddr(), "-tls", "-duration", d}, row.args...)...)
-			if err != nil {
-				return err
-			}
-			*row.dst = best(*row.dst, res)
-		}
-		return nil
-	})
-}
-
-// measureTLSFull runs one round of full handshakes with the RSA
-// certificate (b.key is rsa).
-func (b *bench) measureTLSFull(name string, round int) {
-	if name == "direct" {
-		return
-	}
-	b.run(name, fmt.Sprintf("TLS RSA, round %d", round+1), func(t target) error {
-		res, err := b.loadgen("-http", t.HTTPSAddr(), "-tls", "-newconn", strconv.Itoa(b.s.Concurrency), "-duration", b.s.ThroughputRun.String())
-		tr := b.res.TLS[name]
-		tr.FullRSA = best(tr.FullRSA, res)
-		b.res.TLS[name] = tr
-		return err
-	})
-}
-
 // accessLogResult is baton's keep-alive rate with the access log off and
-// on (JSON to a file), each its best round, and the workers' CPU time per
-// request, each its lowest: steadier than req/s on a shared machine, whose
-// noise is larger than the log's cost.
+// on (JSON to a file), taking turns, and the workers' CPU time per
+// request.
 type accessLogResult struct {
 	Off *load.Result `json:"off"`
 	On  *load.Result `json:"on"`
@@ -139,41 +84,6 @@ type accessLogResult struct {
 	// per request.
 	OffCPU float64 `json:"offCpuMicros,omitempty"`
 	OnCPU  float64 `json:"onCpuMicros,omitempty"`
-}
-
-// measureAccessLog runs one round of keep-alive load on baton with the
-// access log on and off, one after the other.
-func (b *bench) measureAccessLog(round int) {
-	if b.res.AccessLog == nil {
-		b.res.AccessLog = &accessLogResult{}
-	}
-	for _, name := range []string{"baton", "baton-accesslog"} {
-		b.run(name, fmt.Sprintf("access log cost, round %d", round+1), func(t target) error {
-			c := strconv.Itoa(b.s.Concurrency)
-			b.loadgen("-http", t.HTTPAddr(), "-keepalive", c, "-duration", "1s")
-			workers := t.PIDs()["worker"]
-			cpu0 := cpuTicks(workers)
-			res, err := b.loadgen("-http", t.HTTPAddr(), "-keepalive", c, "-duration", b.s.ThroughputRun.String())
-			var perReq float64
-			if res != nil && res.Requests > 0 {
-				perReq = float64(cpuTicks(workers)-cpu0) * 1e6 / clockTicks / float64(res.Requests)
-			}
-			lowest := func(prev float64) float64 {
-				if prev == 0 || (perReq > 0 && perReq < prev) {
-					return perReq
-				}
-				return prev
-			}
-			if name == "baton" {
-				b.res.AccessLog.Off = best(b.res.AccessLog.Off, res)
-				b.res.AccessLog.OffCPU = lowest(b.res.AccessLog.OffCPU)
-			} else {
-				b.res.AccessLog.On = best(b.res.AccessLog.On, res)
-				b.res.AccessLog.OnCPU = lowest(b.res.AccessLog.OnCPU)
-			}
-			return err
-		})
-	}
 }
 
 // tlsHandoffs runs HTTPS load, keep-alive and new connections that resume

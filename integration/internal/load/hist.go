@@ -1,6 +1,8 @@
 package load
 
 import (
+	"encoding/json"
+	"fmt"
 	"math"
 	"math/bits"
 	"time"
@@ -88,4 +90,42 @@ func (h *Histogram) Summary() LatencySummary {
 		s.Mean = msOf(h.sum / time.Duration(h.n))
 	}
 	return s
+}
+
+// histogramJSON is a Histogram on the wire: its non-empty buckets as
+// [index, count] pairs.
+type histogramJSON struct {
+	N       uint64      `json:"n"`
+	SumNs   int64       `json:"sumNs"`
+	MaxNs   int64       `json:"maxNs"`
+	Buckets [][2]uint64 `json:"buckets"`
+}
+
+// MarshalJSON writes h's non-empty buckets, so that a run's histogram can
+// be merged with another's by a program that did not run them (the bench
+// interleaves runs of several targets).
+func (h *Histogram) MarshalJSON() ([]byte, error) {
+	w := histogramJSON{N: h.n, SumNs: int64(h.sum), MaxNs: int64(h.max), Buckets: [][2]uint64{}}
+	for i, c := range h.counts {
+		if c > 0 {
+			w.Buckets = append(w.Buckets, [2]uint64{uint64(i), c})
+		}
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (h *Histogram) UnmarshalJSON(b []byte) error {
+	var w histogramJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*h = Histogram{n: w.N, sum: time.Duration(w.SumNs), max: time.Duration(w.MaxNs)}
+	for _, bc := range w.Buckets {
+		if bc[0] >= uint64(len(h.counts)) {
+			return fmt.Errorf("histogram bucket %d out of range", bc[0])
+		}
+		h.counts[bc[0]] += bc[1]
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package load
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 )
@@ -37,5 +38,39 @@ func TestQuantiles(t *testing.T) {
 		if d := float64(got-tt.want) / float64(tt.want); d < 0 || d > 0.04 {
 			t.Errorf("Quantile(%v) = %v, want %v within +4%%", tt.q, got, tt.want)
 		}
+	}
+}
+
+// TestMergeAfterJSON: two runs' results, through JSON as loadgen writes
+// them, merge into the counts and quantiles of one run of both.
+func TestMergeAfterJSON(t *testing.T) {
+	var fast, slow, both Histogram
+	for i := 1; i <= 900; i++ {
+		fast.Record(time.Duration(i) * time.Microsecond)
+		both.Record(time.Duration(i) * time.Microsecond)
+	}
+	for i := 1; i <= 100; i++ {
+		slow.Record(time.Duration(i) * time.Millisecond)
+		both.Record(time.Duration(i) * time.Millisecond)
+	}
+	decode := func(r *Result) *Result {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out Result
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatal(err)
+		}
+		return &out
+	}
+	a := decode(&Result{Duration: 1, Requests: 900, Failures: map[string]uint64{ClassReset: 1}, Latency: fast.Summary(), Histogram: &fast})
+	b := decode(&Result{Duration: 2, Requests: 100, Failures: map[string]uint64{ClassReset: 2, ClassEOF: 1}, Latency: slow.Summary(), Histogram: &slow})
+	a.Merge(b)
+	if a.Duration != 3 || a.Requests != 1000 || a.Failures[ClassReset] != 3 || a.Failures[ClassEOF] != 1 {
+		t.Errorf("merged counts: %+v", a)
+	}
+	if want := both.Summary(); a.Latency != want {
+		t.Errorf("merged latency %+v, want %+v (one histogram of both)", a.Latency, want)
 	}
 }

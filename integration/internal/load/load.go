@@ -104,6 +104,8 @@ type Result struct {
 	TLSResumed    uint64 `json:"tlsResumed,omitempty"`
 	// Latency of successful HTTP requests, in milliseconds.
 	Latency LatencySummary `json:"latencyMs"`
+	// Histogram is Latency's source, for Merge.
+	Histogram *Histogram `json:"histogram,omitempty"`
 	// Examples holds the first few failures, for the test log.
 	Examples []string `json:"examples,omitempty"`
 }
@@ -251,7 +253,40 @@ func Run(ctx context.Context, cfg Config) *Result {
 		hist.Merge(&r.hist)
 	}
 	res.Latency = hist.Summary()
+	res.Histogram = &hist
 	return res
+}
+
+// Merge adds o, a run of the same load at another time, to r: counts and
+// durations add up, and the latency is that of both runs' requests
+// (Latency is left as it was when either lacks its Histogram).
+func (r *Result) Merge(o *Result) {
+	r.Duration += o.Duration
+	r.Requests += o.Requests
+	r.Connections += o.Connections
+	r.Streams += o.Streams
+	r.Echoes += o.Echoes
+	r.Recovered += o.Recovered
+	r.TLSHandshakes += o.TLSHandshakes
+	r.TLSResumed += o.TLSResumed
+	for _, m := range []struct{ dst, src *map[string]uint64 }{{&r.Failures, &o.Failures}, {&r.FailuresByKind, &o.FailuresByKind}} {
+		for k, v := range *m.src {
+			if *m.dst == nil {
+				*m.dst = make(map[string]uint64)
+			}
+			(*m.dst)[k] += v
+		}
+	}
+	for _, e := range o.Examples {
+		if len(r.Examples) < 20 {
+			r.Examples = append(r.Examples, e)
+		}
+	}
+	if r.Histogram == nil || o.Histogram == nil {
+		return
+	}
+	r.Histogram.Merge(o.Histogram)
+	r.Latency = r.Histogram.Summary()
 }
 
 // over reports whether the run has ended. It looks at the clock as well as
