@@ -2,10 +2,14 @@ package proxy
 
 import (
 	"encoding/json"
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/baton-proxy/baton/internal/config"
 )
 
 // valid is s with each byte that is not part of valid UTF-8 replaced by
@@ -53,5 +57,32 @@ func TestAccessLogTime(t *testing.T) {
 		if want := e.start.UTC().Format("2006-01-02T15:04:05.000Z07:00"); v.Time != want {
 			t.Errorf("time %q, want %q", v.Time, want)
 		}
+	}
+}
+
+// TestAccessLogWritesAFullBatchAtOnce: lines past accessFlushAt are written
+// without waiting for the rest of the linger (an hour here), so that a busy
+// worker's lines never pile up to the point of being dropped.
+func TestAccessLogWritesAFullBatchAtOnce(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := startAccessLog(config.AccessLogJSON, w, time.Hour)
+	defer l.close()
+	defer r.Close() // first: the writer's last write then fails instead of waiting
+	e := accessEntry{start: time.Now(), listener: "web", method: []byte("GET"), target: []byte("/" + strings.Repeat("x", 200)), proto: "HTTP/1.1", status: 200, upstream: -1}
+	lines := 0
+	for n := 0; n < accessFlushAt; lines++ {
+		n += len(e.appendJSON(nil, &stampCache{}))
+		l.log(&e)
+	}
+	r.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(io.LimitReader(r, accessFlushAt))
+	if err != nil {
+		t.Fatalf("a batch of %d lines (%d KiB) not written within 10 s of a 1 h linger: %v", lines, accessFlushAt>>10, err)
+	}
+	if c := strings.Count(string(got), "\n"); c == 0 || l.dropped.Load() != 0 {
+		t.Errorf("read %d lines, %d dropped", c, l.dropped.Load())
 	}
 }
