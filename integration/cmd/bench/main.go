@@ -169,6 +169,14 @@ func main() {
 	if withBaton && do["timeline"] {
 		r.timeline()
 	}
+	// Histograms are for merging turns: the summaries are what is kept.
+	for _, m := range []map[string]handoffRun{r.res.Handoffs, r.res.TLSHandoffs} {
+		for _, h := range m {
+			if h.Load != nil {
+				h.Load.Histogram = nil
+			}
+		}
+	}
 	b, _ := json.MarshalIndent(r.res, "", "  ")
 	if err := os.WriteFile(*raw, append(b, '\n'), 0o644); err != nil {
 		fatal(err)

@@ -205,10 +205,25 @@ gave keep-alive 0.85-0.92x nginx before and 1.03-1.04x after, and under wrk
 under wrk, alternating nginx and baton three times (workers, backend, whole
 machine; µs): nginx 32-36, 33-40, 82-94; baton 29-32, 32-35, 75-83.
 
-What is left: a read after each response that finds nothing (Go resets a
-socket's readiness before every wait, so a wait must follow a read that
-failed), and the peek before each reuse of a pooled upstream connection
-(nginx is told by epoll when an idle upstream connection becomes readable).
+The read after each response that found nothing is gone too (serveInline,
+docs/design.md): Go resets a socket's readiness before every wait, so a
+wait had to follow a read that failed; requests that need nothing but
+their head are now served inside one wait for input, and a read that
+returned less than it asked for is trusted, as nginx does. Per request
+under wrk: read 2, write 2, recvfrom 1 (the peek), epoll_pwait 0.5, where
+it was read 2.93 (nginx: recvfrom 2, writev 2, getsockopt 1, epoll_wait
+0.3). Both make four TCP segments per request (` + "`nstat`" + `: TcpOutSegs
+4.00 and 4.01). In 2 s wrk turns taking turns, 10 rounds, twice: 1.038x and
+0.962x nginx with it, 1.004x and 0.943x without.
+
+What is left: the peek before each reuse of a pooled upstream connection
+(nginx is told by epoll when an idle upstream connection becomes
+readable; Go's poller keeps that news to itself until a wait resets it).
+Past that, baton and nginx make the same system calls and TCP segments
+per request, and the kernel's part of them is three quarters of a
+worker's CPU (` + "`perf record -g`" + ` of the workers; a Go profile: 78% in
+system calls): what separates them is smaller than what this machine
+varies by within a minute.
 
 HTTP/2 of our own (proxy/h2). Over TLS, HTTP/2 was 0.35-0.39x nginx's
 req/s: net/http's server (a goroutine per stream, a hop to its serve loop
@@ -255,20 +270,38 @@ The first full run after it (d4b029b): keep-alive 1.07x (0.93x), wrk 1.08x
 1.22x (0.86x), HTTP/2 0.99x; access log 3.9% fewer req/s. The second
 (a93bf99), same code: keep-alive 1.15x (0.91x), wrk 0.91x (1.06x), ECDSA
 1.11x, RSA 0.59x, resumed 1.17x, keep-alive 1.26x (0.80x), HTTP/2 1.15x;
-access log 5.5%. This run's figures are the tables above (the HTTP paths
-unchanged since, bar refactoring): the machine ran faster (direct 18% more
-keep-alive req/s, 31% more under wrk), nginx gained 35% and baton 8%, and
-the access log cost 11.9%. Alternating 8 s runs of ` + "`loadgen -keepalive 32`" + ` right
-after it, baton with and without ` + "`accessLog`" + ` (JSON to a file), gave the log
--0.7%, +7% and -15% req/s, 0-5 µs of worker CPU per request: the log's
-cost is below this machine's noise, and so is most of what moves between
-runs.
+access log 5.5%. The third (89e1dfc, the HTTP paths unchanged, bar
+refactoring): keep-alive 0.92x (1.02x), wrk 0.87x (1.17x), ECDSA 0.93x, RSA
+0.65x (OpenSSL build 1.00x), resumed 1.16x, keep-alive 1.18x (0.81x),
+HTTP/2 1.12x; access log 11.9% (16.1% more worker CPU per request).
+
+The run in the tables above is the first with turns (below), the read
+session and the access log's 100 ms linger: keep-alive 1.01x (p99 1.00x),
+wrk 1.04x (1.03x), baton ahead of nginx in 7 and 8 of 10 rounds; TLS full
+ECDSA 0.98x, resumed 0.96x, keep-alive 1.04x (0.93x), HTTP/2 0.99x; the
+access log 1.7% fewer req/s, 4.0% more worker CPU per request. Where a row
+was ahead or behind in every round (TLS keep-alive ahead 10 of 10, resumed
+behind 10 of 10, full RSA and new connections behind in all), the gap is
+baton's, not the machine's.
 
 Measuring fairly. Quick runs with the targets in the other order moved
 baton's ratios by up to a quarter (keep-alive 1.00x against 1.24x, wrk
 0.81x against 1.00x, resumed TLS 0.64x against 1.03x): whoever ran second
-gained. Each round now starts with another target, and each row keeps the
-best of its rounds for every target alike.
+gained. Rounds then rotated the order and each row kept its best round;
+but a target's three rounds were minutes apart, while the machine's speed
+drifts by a quarter within minutes (wrk on one target: 17k and 25k req/s),
+and full runs of much the same code gave keep-alive 1.07x, 1.15x and
+0.92x nginx. Now the targets run side by side and take turns of a few
+seconds, ten rounds a row, and a figure adds up its turns; "Round by
+round" shows what single rounds still say.
+
+The access log. Its writes are file writes, system calls announced to the
+scheduler (they may block on a slow disk), and each woke the runtime's
+monitor thread, which then polls every 20 µs for a while: at a write every
+10 ms, 543 nanosleeps and 217 futex calls a second in the workers (perf:
+3.7% and 1.1% of their CPU), and 14.7% more worker CPU per request than
+without the log. Lines now gather for 100 ms (or 256 KiB): 6.2% more
+(wrk turns taking turns, 8 rounds of 3 s).
 `
 
 func ratio(a, b float64) float64 {
