@@ -43,6 +43,7 @@ type tally struct {
 	wrk    *wrkTally
 	ticks  int64
 	perSec []float64 // each turn's rate, round by round
+	p99    []float64 // and its p99 latency (ms)
 }
 
 // wrkTally adds up wrk's turns: requests over time, and the median of the
@@ -119,6 +120,7 @@ func (tl *tally) add(tu *turn) {
 	tl.ticks += tu.ticks
 	if tu.res != nil {
 		tl.perSec = append(tl.perSec, perSecond(tu.res))
+		tl.p99 = append(tl.p99, tu.res.Latency.P99)
 		if tl.res == nil {
 			tl.res = tu.res
 		} else {
@@ -127,6 +129,7 @@ func (tl *tally) add(tu *turn) {
 	}
 	if tu.wrk != nil {
 		tl.perSec = append(tl.perSec, tu.wrk.RPS)
+		tl.p99 = append(tl.p99, tu.wrk.P99)
 		if tl.wrk == nil {
 			tl.wrk = &wrkTally{}
 		}
@@ -236,6 +239,10 @@ func (b *bench) keep(tallies map[string]map[string]*tally) {
 				b.res.Rounds[key] = map[string][]float64{}
 			}
 			b.res.Rounds[key][name] = tl.perSec
+			if b.res.RoundsP99[key] == nil {
+				b.res.RoundsP99[key] = map[string][]float64{}
+			}
+			b.res.RoundsP99[key][name] = tl.p99
 			res := tl.res
 			if res != nil {
 				res.Histogram = nil // merged: the summary is kept

@@ -58,7 +58,9 @@ type Results struct {
 	// Rounds has each round's rate of a throughput row (its key in
 	// interleave.go), by target: the spread behind the sums.
 	Rounds map[string]map[string][]float64 `json:"rounds"`
-	Errors []string                        `json:"errors,omitempty"`
+	// RoundsP99 has each round's p99 latency (ms) likewise.
+	RoundsP99 map[string]map[string][]float64 `json:"roundsP99"`
+	Errors    []string                        `json:"errors,omitempty"`
 }
 
 func main() {
@@ -110,6 +112,7 @@ func main() {
 		TLS:         map[string]tlsResult{},
 		TLSHandoffs: map[string]handoffRun{},
 		Rounds:      map[string]map[string][]float64{},
+		RoundsP99:   map[string]map[string][]float64{},
 	}}
 	if r.certs, err = makeCerts(work); err != nil {
 		fatal(err)

@@ -427,20 +427,32 @@ func roundsReport(r *Results) string {
 		if first {
 			w("\n### Round by round\n\n")
 			w("baton's rate as a ratio of nginx's in each round (the turns of a round are seconds apart):\n")
-			w("the lowest, the median and the highest round, and the rounds baton was ahead in.\n\n")
-			w("| row | rounds | lowest | median | highest | baton ahead |\n|---|---|---|---|---|---|\n")
+			w("the lowest, the median and the highest round, and the rounds baton was ahead in; then\n")
+			w("baton's p99 as a ratio of nginx's, its median, and the rounds where it was no higher.\n\n")
+			w("| row | rounds | lowest | median | highest | baton ahead | p99, median | p99 no higher |\n|---|---|---|---|---|---|---|---|\n")
 			first = false
 		}
-		var ratios []float64
-		ahead := 0
+		var ratios, p99s []float64
+		ahead, lower := 0, 0
+		bp, np := r.RoundsP99[rr.key]["baton"], r.RoundsP99[rr.key]["nginx"]
 		for i := range n {
 			q := ratio(bt[i], nx[i])
 			ratios = append(ratios, q)
 			if q >= 1 {
 				ahead++
 			}
+			if i < min(len(bp), len(np)) {
+				p99s = append(p99s, ratio(bp[i], np[i]))
+				if bp[i] <= np[i] {
+					lower++
+				}
+			}
 		}
-		w("| %s | %d | %.2f× | %.2f× | %.2f× | %d |\n", rr.name, n, percentile(ratios, 0), percentile(ratios, 0.5), percentile(ratios, 1), ahead)
+		p99cells := "- | -"
+		if len(p99s) > 0 {
+			p99cells = fmt.Sprintf("%.2f× | %d", percentile(p99s, 0.5), lower)
+		}
+		w("| %s | %d | %.2f× | %.2f× | %.2f× | %d | %s |\n", rr.name, n, percentile(ratios, 0), percentile(ratios, 0.5), percentile(ratios, 1), ahead, p99cells)
 	}
 	return b.String()
 }
