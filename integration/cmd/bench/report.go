@@ -275,14 +275,19 @@ refactoring): keep-alive 0.92x (1.02x), wrk 0.87x (1.17x), ECDSA 0.93x, RSA
 0.65x (OpenSSL build 1.00x), resumed 1.16x, keep-alive 1.18x (0.81x),
 HTTP/2 1.12x; access log 11.9% (16.1% more worker CPU per request).
 
-The run in the tables above is the first with turns (below), the read
-session and the access log's 100 ms linger: keep-alive 1.01x (p99 1.00x),
-wrk 1.04x (1.03x), baton ahead of nginx in 7 and 8 of 10 rounds; TLS full
-ECDSA 0.98x, resumed 0.96x, keep-alive 1.04x (0.93x), HTTP/2 0.99x; the
-access log 1.7% fewer req/s, 4.0% more worker CPU per request. Where a row
-was ahead or behind in every round (TLS keep-alive ahead 10 of 10, resumed
-behind 10 of 10, full RSA and new connections behind in all), the gap is
-baton's, not the machine's.
+The first run with turns (below), the read session and the access log's
+100 ms linger (de05920): keep-alive 1.01x (p99 1.00x), wrk 1.04x (1.03x),
+baton ahead of nginx in 7 and 8 of 10 rounds; TLS full ECDSA 0.98x,
+resumed 0.96x, keep-alive 1.04x (0.93x), HTTP/2 0.99x; the access log 1.7%
+fewer req/s, 4.0% more worker CPU per request. Where a row was ahead or
+behind in every round (TLS keep-alive ahead 10 of 10, resumed behind 10 of
+10, full RSA and new connections behind in all), the gap is baton's, not
+the machine's. The run in the tables above adds workers' GOGC=200 (TLS
+handshakes allocate; resumed ones gained about 3% in turns of their own):
+keep-alive 1.01x (p99 1.00x), wrk 1.02x (p99 1.04x, no higher than
+nginx's in 4 of 10 rounds: under wrk baton's tail is a little longer, in
+both runs), TLS full ECDSA 1.01x, resumed 0.98x, keep-alive 1.05x, HTTP/2
+1.00x.
 
 Measuring fairly. Quick runs with the targets in the other order moved
 baton's ratios by up to a quarter (keep-alive 1.00x against 1.24x, wrk
