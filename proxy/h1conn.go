@@ -131,13 +131,15 @@ func (hc *h1conn) serveInline(sc *sockConn) (head []byte, done bool, err error) 
 			if len(hc.rd.Buffered()) == 0 {
 				if drained {
 					// Wait for the next request, as readRequestHead
-					// does, unless the drain closed in on us.
+					// does, unless the drain closed in on us: its
+					// wake-up is looked for after the deadline moves,
+					// which would otherwise undo the one it set.
 					hc.state.Store(connIdle)
+					hc.rd.ExtendDeadline(time.Now(), idle)
 					if hc.state.Load() == connClosing {
 						err = os.ErrDeadlineExceeded
 						return true
 					}
-					hc.rd.ExtendDeadline(time.Now(), idle)
 					drained = false // the next step follows input, or a deadline
 					return false
 				}

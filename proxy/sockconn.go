@@ -216,35 +216,29 @@ var errInSession = errors.New("sockConn: Read inside a read session")
 // So a step that saw its last read return less than it asked for (the
 // socket had nothing more) may wait at once, as nginx trusts a short read.
 func (c *sockConn) readSession(step func() (done bool)) error {
-	err := c.rc.Read(func(fd uintptr) bool {
+	return c.rc.Read(func(fd uintptr) bool {
 		c.sfd = int(fd)
 		done := step()
 		c.sfd = -1
 		return done
 	})
-	c.sfd = -1
-	return err
 }
 
 // readNow reads once into p inside a readSession, without waiting: it
 // returns errWouldBlock when there is nothing to read, and 0, io.EOF at
 // the end of the input.
 func (c *sockConn) readNow(p []byte) (int, error) {
-	for {
-		n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(c.sfd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		switch e {
-		case 0:
-			if n == 0 {
-				return 0, io.EOF
-			}
-			return int(n), nil
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return 0, errWouldBlock
-		}
-		return 0, os.NewSyscallError("read", e)
+	c.rp = p
+	ready := c.read(uintptr(c.sfd))
+	n, err := c.rn, c.rerr
+	c.rp, c.rn, c.rerr = nil, 0, nil
+	switch {
+	case !ready:
+		return 0, errWouldBlock
+	case err == nil && n == 0:
+		return 0, io.EOF
 	}
+	return n, err
 }
 
 func (c *sockConn) Write(p []byte) (int, error) {

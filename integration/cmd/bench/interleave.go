@@ -47,18 +47,19 @@ type tally struct {
 }
 
 // wrkTally adds up wrk's turns: requests over time, and the median of the
-// turns' quantiles (wrk reports quantiles, not its histogram).
+// turns' p50 (wrk reports quantiles, not its histogram).
 type wrkTally struct {
 	requests, seconds float64
-	p50, p99          []float64
+	p50               []float64
 	errors            int
 }
 
-func (w *wrkTally) result() *wrkResult {
+// result is wrk's figure over the turns, whose p99s are p99.
+func (w *wrkTally) result(p99 []float64) *wrkResult {
 	if w == nil || w.seconds == 0 {
 		return nil
 	}
-	return &wrkResult{RPS: w.requests / w.seconds, P50: percentile(w.p50, 0.5), P99: percentile(w.p99, 0.5), Errors: w.errors}
+	return &wrkResult{RPS: w.requests / w.seconds, P50: percentile(w.p50, 0.5), P99: percentile(slices.Clone(p99), 0.5), Errors: w.errors}
 }
 
 // startAll starts the targets named, for a phase that measures them in
@@ -136,7 +137,6 @@ func (tl *tally) add(tu *turn) {
 		tl.wrk.requests += tu.wrk.RPS * tu.wrk.seconds
 		tl.wrk.seconds += tu.wrk.seconds
 		tl.wrk.p50 = append(tl.wrk.p50, tu.wrk.P50)
-		tl.wrk.p99 = append(tl.wrk.p99, tu.wrk.P99)
 		tl.wrk.errors += tu.wrk.Errors
 	}
 }
@@ -230,43 +230,37 @@ func (b *bench) accessLogRow() row {
 	}}
 }
 
-// keep puts the tallies into the results, and each round's rate into
-// Results.Rounds.
+// keep puts the tallies into the results, and each round's rate and p99
+// into Results.Rounds and RoundsP99.
 func (b *bench) keep(tallies map[string]map[string]*tally) {
 	for key, byTarget := range tallies {
 		for name, tl := range byTarget {
-			if b.res.Rounds[key] == nil {
-				b.res.Rounds[key] = map[string][]float64{}
+			for _, m := range []map[string]map[string][]float64{b.res.Rounds, b.res.RoundsP99} {
+				if m[key] == nil {
+					m[key] = map[string][]float64{}
+				}
 			}
-			b.res.Rounds[key][name] = tl.perSec
-			if b.res.RoundsP99[key] == nil {
-				b.res.RoundsP99[key] = map[string][]float64{}
-			}
-			b.res.RoundsP99[key][name] = tl.p99
+			b.res.Rounds[key][name], b.res.RoundsP99[key][name] = tl.perSec, tl.p99
 			res := tl.res
-			if res != nil {
-				res.Histogram = nil // merged: the summary is kept
-			}
-			sp, tr := b.res.Speed[name], b.res.TLS[name]
 			switch key {
 			case "keepAlive":
-				sp.KeepAlive = res
+				b.speed(name, func(s *speedResult) { s.KeepAlive = res })
 			case "wrk":
-				sp.Wrk = tl.wrk.result()
+				b.speed(name, func(s *speedResult) { s.Wrk = tl.wrk.result(tl.p99) })
 			case "newConn":
-				sp.NewConn = res
+				b.speed(name, func(s *speedResult) { s.NewConn = res })
 			case "tcp":
-				sp.TCP = res
+				b.speed(name, func(s *speedResult) { s.TCP = res })
 			case "tls.fullEcdsa":
-				tr.FullECDSA = res
+				b.tls(name, func(t *tlsResult) { t.FullECDSA = res })
 			case "tls.fullRsa":
-				tr.FullRSA = res
+				b.tls(name, func(t *tlsResult) { t.FullRSA = res })
 			case "tls.resumed":
-				tr.Resumed = res
+				b.tls(name, func(t *tlsResult) { t.Resumed = res })
 			case "tls.keepAlive":
-				tr.KeepAlive = res
+				b.tls(name, func(t *tlsResult) { t.KeepAlive = res })
 			case "tls.h2":
-				tr.H2 = res
+				b.tls(name, func(t *tlsResult) { t.H2 = res })
 			case "accessLog":
 				if b.res.AccessLog == nil {
 					b.res.AccessLog = &accessLogResult{}
@@ -280,13 +274,21 @@ func (b *bench) keep(tallies map[string]map[string]*tally) {
 				} else {
 					b.res.AccessLog.On, b.res.AccessLog.OnCPU = res, perReq
 				}
-				continue
-			}
-			if key == "keepAlive" || key == "wrk" || key == "newConn" || key == "tcp" {
-				b.res.Speed[name] = sp
-			} else {
-				b.res.TLS[name] = tr
 			}
 		}
 	}
+}
+
+// speed changes target name's throughput results with set.
+func (b *bench) speed(name string, set func(*speedResult)) {
+	s := b.res.Speed[name]
+	set(&s)
+	b.res.Speed[name] = s
+}
+
+// tls changes target name's TLS results with set.
+func (b *bench) tls(name string, set func(*tlsResult)) {
+	t := b.res.TLS[name]
+	set(&t)
+	b.res.TLS[name] = t
 }

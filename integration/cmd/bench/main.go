@@ -172,14 +172,7 @@ func main() {
 	if withBaton && do["timeline"] {
 		r.timeline()
 	}
-	// Histograms are for merging turns: the summaries are what is kept.
-	for _, m := range []map[string]handoffRun{r.res.Handoffs, r.res.TLSHandoffs} {
-		for _, h := range m {
-			if h.Load != nil {
-				h.Load.Histogram = nil
-			}
-		}
-	}
+	r.res.dropHistograms()
 	b, _ := json.MarshalIndent(r.res, "", "  ")
 	if err := os.WriteFile(*raw, append(b, '\n'), 0o644); err != nil {
 		fatal(err)
@@ -188,6 +181,32 @@ func main() {
 		fatal(err)
 	}
 	fmt.Printf("wrote %s and %s\n", *out, *raw)
+}
+
+// dropHistograms drops the loads' histograms, which were for merging
+// turns: their summaries are what the results keep.
+func (r *Results) dropHistograms() {
+	var loads []*load.Result
+	for _, h := range r.Handoffs {
+		loads = append(loads, h.Load)
+	}
+	for _, h := range r.TLSHandoffs {
+		loads = append(loads, h.Load)
+	}
+	for _, s := range r.Speed {
+		loads = append(loads, s.KeepAlive, s.NewConn, s.TCP)
+	}
+	for _, t := range r.TLS {
+		loads = append(loads, t.FullECDSA, t.FullRSA, t.Resumed, t.KeepAlive, t.H2)
+	}
+	if a := r.AccessLog; a != nil {
+		loads = append(loads, a.Off, a.On)
+	}
+	for _, l := range loads {
+		if l != nil {
+			l.Histogram = nil
+		}
+	}
 }
 
 type bench struct {
