@@ -109,6 +109,7 @@ func report(r *Results) string {
 	}
 
 	b.WriteString(tlsReport(r, names))
+	b.WriteString(accessLogReport(r))
 	b.WriteString(roundsReport(r))
 
 	w("\n## 3. Handoff timeline (baton)\n\n")
@@ -335,8 +336,7 @@ func kinds(m map[string]uint64) string {
 	return strings.Join(ks, ", ")
 }
 
-// tlsReport renders the TLS rows, the reloads under TLS load and the
-// access log's cost.
+// tlsReport renders the TLS rows and the reloads under TLS load.
 func tlsReport(r *Results, names []string) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
@@ -398,6 +398,13 @@ func tlsReport(r *Results, names []string) string {
 				h.Load.TotalFailures()-h.Load.Recovered, h.Load.TLSHandshakes, 100*ratio(float64(h.Load.TLSResumed), float64(h.Load.TLSHandshakes)))
 		}
 	}
+	return b.String()
+}
+
+// accessLogReport renders the access log's cost.
+func accessLogReport(r *Results) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	if a := r.AccessLog; a != nil && a.On != nil && a.Off != nil {
 		w("\n### The access log's cost\n\n")
 		w("baton keep-alive over plain HTTP, %d clients, access log off: %.0f req/s (p99 %.2f ms);\n", r.Settings.Concurrency, a.Off.RPS(), a.Off.Latency.P99)
