@@ -164,6 +164,11 @@ const MaxWaitingReason = 1024
 type Drain struct {
 	Deadline time.Time `json:"deadline"`
 	Reason   string    `json:"reason,omitempty"`
+	// Closing says that the listening sockets close for good once the
+	// workers' copies do (baton stops; the supervisor's are closed
+	// already): a worker takes what is queued on them before it closes
+	// its own, or the kernel would reset those connections.
+	Closing bool `json:"closing,omitempty"`
 }
 
 // Stats is a worker's periodic report of its counters.

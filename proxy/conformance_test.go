@@ -2391,7 +2391,7 @@ func runConformanceCase(t *testing.T, tc *conformanceCase) {
 	// the pooled upstream connections: each backend then sees every
 	// connection end and has parsed all it ever will.
 	ctx, cancel := context.WithTimeout(context.Background(), conformanceTimeout)
-	p.Drain(ctx)
+	p.Drain(ctx, false)
 	drained := ctx.Err() == nil
 	cancel()
 	backends := []*recordingBackend{be}

@@ -83,6 +83,30 @@ func (l *gatedListener) Close() error {
 	return l.Listener.Close()
 }
 
+// stopWaiting ends a waiting Accept, and every later one. Over a
+// listener that can sweep its queue the socket stays open for sweep;
+// over any other it is closed.
+func (l *gatedListener) stopWaiting() {
+	s, ok := l.Listener.(queueSweeper)
+	if !ok {
+		l.Close()
+		return
+	}
+	l.closeOnce.Do(func() { close(l.closed) })
+	s.stopWaiting()
+}
+
+// sweep takes the connections queued on the socket now, unless the
+// listener is paused: those are another generation's to take.
+func (l *gatedListener) sweep(handle func(net.Conn)) {
+	l.mu.Lock()
+	paused := l.paused
+	l.mu.Unlock()
+	if s, ok := l.Listener.(queueSweeper); ok && !paused {
+		s.sweep(handle)
+	}
+}
+
 // SetPaused applies the supervisor's pause set (ipc.Accept): per listener,
 // the socket indexes not to accept on; every other socket is accepted on.
 func (p *Proxy) SetPaused(paused map[string][]int) {

@@ -115,9 +115,6 @@ func (f *httpFrontend) noEndpoint(rt *route) {
 	f.failed(rt, "", "connect", "503", errNoEndpoint)
 }
 
-// stopAccepting closes the frontend's listeners.
-func (f *httpFrontend) stopAccepting() { f.acc.stop() }
-
 // drain finishes the frontend's connections. The proxy's draining flag is
 // set: every response carries Connection: close. HTTP/2 connections get
 // GOAWAY at once (package h2's graceful end) and close once their streams

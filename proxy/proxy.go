@@ -199,14 +199,17 @@ func (p *Proxy) listenerConfig(name string) *config.Listener {
 }
 
 // Drain stops accepting and finishes every connection, and returns when
-// none is left or ctx ends (when it closes what is left).
-func (p *Proxy) Drain(ctx context.Context) {
+// none is left or ctx ends (when it closes what is left). closing says
+// that the listening sockets close for good with this worker's copies
+// (baton stops): the connections already queued on them are taken and
+// served first.
+func (p *Proxy) Drain(ctx context.Context, closing bool) {
 	p.draining.Store(true)
 	for _, f := range p.https {
-		f.stopAccepting()
+		f.acc.stop(closing)
 	}
 	for _, f := range p.tcps {
-		f.stopAccepting()
+		f.acc.stop(closing)
 	}
 	var wg sync.WaitGroup
 	for _, f := range p.https {

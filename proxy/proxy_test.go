@@ -50,7 +50,7 @@ func startProxy(t testing.TB, cfgYAML string) (p *Proxy, web, tcp string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		p.Drain(ctx)
+		p.Drain(ctx, false)
 		// The drain closed every connection without waiting: let their
 		// goroutines end (and log) before the test does.
 		done := make(chan struct{})
@@ -247,7 +247,7 @@ func TestDrainClosesKeepAliveConnectionsSafely(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		p.Drain(ctx)
+		p.Drain(ctx, false)
 		close(drained)
 	}()
 	waitDraining(t, p)
@@ -326,7 +326,7 @@ func TestH2C(t *testing.T) {
 	// Draining sends GOAWAY; the connection ends and Drain returns.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p.Drain(ctx)
+	p.Drain(ctx, false)
 	if ctx.Err() != nil {
 		t.Fatal("Drain waited for the deadline: the h2 connection was not closed")
 	}

@@ -94,9 +94,43 @@ func (l *rawListener) SetDeadline(t time.Time) error { return l.f.SetDeadline(t)
 
 // Close ends a waiting Accept and closes the listener.
 func (l *rawListener) Close() error {
-	l.closed.Store(true)
-	l.f.Close()
+	l.stopWaiting()
 	return l.TCPListener.Close()
+}
+
+// stopWaiting ends a waiting Accept, and every later one, with
+// net.ErrClosed; the socket stays open, its queue kept for sweep.
+func (l *rawListener) stopWaiting() {
+	if !l.closed.Swap(true) {
+		l.f.Close()
+	}
+}
+
+// sweep takes the connections queued on the socket now, without waiting,
+// and hands each to handle. It is for a listener whose accept loop has
+// ended (stopWaiting, then the loop's return): it uses the loop's fields.
+func (l *rawListener) sweep(handle func(net.Conn)) {
+	rc, err := l.TCPListener.SyscallConn()
+	if err != nil {
+		return
+	}
+	for {
+		l.nfd, l.aerr = -1, 0
+		got := false
+		if rc.Control(func(fd uintptr) { got = l.accept(fd) }) != nil || !got {
+			return // closed, or nothing queued (EAGAIN)
+		}
+		switch l.aerr {
+		case 0:
+		case unix.ECONNABORTED:
+			continue
+		default:
+			return
+		}
+		if c, err := l.newConn(); err == nil {
+			handle(c)
+		}
+	}
 }
 
 // accept takes one connection; false means "none yet: wait".

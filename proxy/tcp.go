@@ -134,8 +134,6 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 	}
 }
 
-func (f *tcpFrontend) stopAccepting() { f.acc.stop() }
-
 // drain lets the streams finish; at ctx's end it closes them.
 func (f *tcpFrontend) drain(ctx context.Context) {
 	done := make(chan struct{})

@@ -91,11 +91,14 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 		}
 	}()
 
-	var deadline time.Time
+	var (
+		deadline time.Time
+		closing  bool
+	)
 	select {
 	case <-w.Draining():
 		d := w.DrainInfo()
-		deadline = d.Deadline
+		deadline, closing = d.Deadline, d.Closing
 		if deadline.IsZero() {
 			deadline = time.Now().Add(cfg.DrainTimeout.Std())
 		}
@@ -109,7 +112,7 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 	}
 	dctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	p.Drain(dctx)
+	p.Drain(dctx, closing)
 	close(stop)
 	<-reported
 	w.SendStats(p.Stats())

@@ -537,7 +537,9 @@ func (s *Supervisor) drain(g *generation, reason string, deadline time.Time) {
 	g.drainDeadline = deadline
 	g.drainReason = reason
 	g.log.Info("draining generation", zap.String("reason", reason), zap.Time("deadline", deadline))
-	msg := ipc.Drain{Deadline: deadline, Reason: reason}
+	// At a stop the supervisor's sockets are closed before any drain is
+	// sent (beginDrain): the workers' copies are the last.
+	msg := ipc.Drain{Deadline: deadline, Reason: reason, Closing: s.state.stopping && !s.state.upgraded}
 	for _, sl := range g.slots {
 		switch {
 		case sl.proc != nil:

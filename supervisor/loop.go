@@ -418,6 +418,15 @@ func (s *Supervisor) beginDrain() {
 	st.shutdownAt = time.Time{}
 	st.stopAt = time.Now().Add(st.cfg.StopTimeout)
 	s.log.Info("stopping: draining every generation", zap.Duration("stopTimeout", st.cfg.StopTimeout))
+	if !st.upgraded {
+		// The supervisor's copies close first, then the workers' as
+		// they drain, each taking what the kernel queued on it before
+		// (ipc.Drain.Closing); after the last the kernel refuses new
+		// connections. (After an upgrade the sockets are the next
+		// supervisor's: its copies stay open.)
+		st.sockets.closeAll(true)
+		s.log.Info("stopping: the supervisor's listeners closed")
+	}
 	for _, g := range st.gens {
 		switch g.state {
 		case GenActive, GenCanary:
@@ -427,14 +436,6 @@ func (s *Supervisor) beginDrain() {
 				g.drainDeadline = st.stopAt
 			}
 		}
-	}
-	if !st.upgraded {
-		// The workers close their copies as they drain; once the
-		// supervisor's are closed too, the kernel refuses new
-		// connections. (After an upgrade the sockets are the next
-		// supervisor's: its copies stay open.)
-		st.sockets.closeAll(true)
-		s.log.Info("stopping: listeners closed")
 	}
 }
 
