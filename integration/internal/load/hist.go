@@ -8,8 +8,10 @@ import (
 	"time"
 )
 
-// Histogram records durations in log-linear buckets: 32 sub-buckets per
-// power of two of microseconds, so a quantile is within about 3%.
+// Histogram records durations in log-linear buckets: 256 sub-buckets per
+// power of two of microseconds, so a quantile is within 0.4% (or 1 µs).
+// Two targets' p99s are compared to a few percent: buckets of 3%, as
+// there were, made ratios move by whole buckets.
 type Histogram struct {
 	counts [64 * subBuckets]uint64
 	n      uint64
@@ -17,7 +19,10 @@ type Histogram struct {
 	max    time.Duration
 }
 
-const subBuckets = 32
+const (
+	subBucketBits = 8
+	subBuckets    = 1 << subBucketBits
+)
 
 // Record adds one duration.
 func (h *Histogram) Record(d time.Duration) {
@@ -32,7 +37,7 @@ func bucket(d time.Duration) int {
 	if us < subBuckets {
 		return int(us)
 	}
-	exp := bits.Len64(us) - 6 // us >> exp is in [32, 64)
+	exp := bits.Len64(us) - subBucketBits - 1 // us >> exp is in [subBuckets, 2*subBuckets)
 	return (exp+1)*subBuckets + int(us>>exp) - subBuckets
 }
 

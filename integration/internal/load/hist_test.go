@@ -19,8 +19,8 @@ func TestBucketsAreMonotonicAndTight(t *testing.T) {
 		if d < lo || d >= hi {
 			t.Fatalf("%v not in bucket %d [%v, %v)", d, b, lo, hi)
 		}
-		if us > 64 && float64(hi-lo)/float64(lo) > 0.04 {
-			t.Fatalf("bucket %d [%v, %v) wider than 4%%", b, lo, hi)
+		if us > 2*subBuckets && float64(hi-lo)/float64(lo) > 0.004 {
+			t.Fatalf("bucket %d [%v, %v) wider than 0.4%%", b, lo, hi)
 		}
 	}
 }
@@ -35,8 +35,8 @@ func TestQuantiles(t *testing.T) {
 		want time.Duration
 	}{{0.5, 500 * time.Millisecond}, {0.99, 990 * time.Millisecond}, {1, 1000 * time.Millisecond}} {
 		got := h.Quantile(tt.q)
-		if d := float64(got-tt.want) / float64(tt.want); d < 0 || d > 0.04 {
-			t.Errorf("Quantile(%v) = %v, want %v within +4%%", tt.q, got, tt.want)
+		if d := float64(got-tt.want) / float64(tt.want); d < 0 || d > 0.004 {
+			t.Errorf("Quantile(%v) = %v, want %v within +0.4%%", tt.q, got, tt.want)
 		}
 	}
 }
