@@ -69,6 +69,9 @@ type h1conn struct {
 	bodyState bodyState
 	continued bool // 100 Continue was sent for this request
 	parsed    bool // req holds the head handle is given (serveInline parsed it)
+	// closeAsked: the last request said close and had no body, so the
+	// client sends nothing more (RFC 9112 §9.6: it must not).
+	closeAsked bool
 }
 
 // bodyState says how much of a request's body was read ahead.
@@ -82,6 +85,7 @@ const (
 
 // serve runs the connection until it closes.
 func (hc *h1conn) serve() {
+	hc.closeAsked = false
 	defer hc.finish()
 	if hc.f.proxyProtocol && !hc.readProxyHeader() {
 		return
@@ -609,6 +613,7 @@ func (hc *h1conn) forwardResponse(uc *upConn, rt *route) bool {
 	untilEOF := !noBody && !resp.Chunked && resp.ContentLength < 0
 	decode := resp.Chunked && !noBody && req.Minor == 0
 	keep := !req.Close && !untilEOF && !decode && !p.draining.Load()
+	hc.closeAsked = req.Close && !req.HasBody()
 
 	out := h1.ResponseOut{Body: h1.Framing{Length: resp.ContentLength, Chunked: resp.Chunked}, Extra: hc.extra}
 	switch {
@@ -845,7 +850,7 @@ func (hc *h1conn) finish() {
 		// destroy the last response before the client reads it: then
 		// close our side, and read until the client closes its own. (A
 		// TLS connection just closes: its close_notify says the end.)
-		if hc.tls == nil && (len(hc.rd.Buffered()) > 0 || pendingInput(hc.c)) {
+		if hc.tls == nil && hc.unreadInput() {
 			if cw, ok := hc.c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
 				hc.c.SetReadDeadline(time.Now().Add(lingerTimeout))
 				io.Copy(io.Discard, hc.c)
@@ -854,6 +859,22 @@ func (hc *h1conn) finish() {
 		hc.c.Close()
 	}
 	f.forget(hc)
+}
+
+// unreadInput reports whether the client may have sent bytes not read
+// yet, which a close would answer with a reset. A peek asks the socket,
+// unless the reads have said already: the input came to its end, or the
+// last request said close, had no body, and the read that took it left
+// the socket empty (bytes after it break RFC 9112 §9.6; nginx lingers on
+// the same signs, its short read included).
+func (hc *h1conn) unreadInput() bool {
+	if len(hc.rd.Buffered()) > 0 {
+		return true
+	}
+	if sc, ok := hc.c.(*sockConn); ok && (sc.eof || hc.closeAsked && sc.short) {
+		return false
+	}
+	return pendingInput(hc.c)
 }
 
 // wake is the drain's way to close an idle connection: it marks it closing

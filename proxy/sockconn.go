@@ -50,6 +50,10 @@ type sockConn struct {
 	werr    error
 	writeFn func(uintptr) bool
 
+	// What the last read said of the input: it came to its end (EOF),
+	// or it left the socket empty (it returned less than it asked for).
+	eof, short bool
+
 	hold bool   // the next Write is held for the next Read
 	held []byte // the bytes held: the writer's buffer, untouched until then
 
@@ -155,10 +159,12 @@ func (c *sockConn) read(fd uintptr) bool {
 		switch e {
 		case 0:
 			c.rn = int(n)
+			c.eof, c.short = n == 0, int(n) < len(c.rp)
 			return true
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			c.short = true
 			return false
 		}
 		c.rerr = os.NewSyscallError("read", e)

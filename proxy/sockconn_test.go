@@ -8,6 +8,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/baton-proxy/baton/proxy/h1"
 )
 
 // sockPair returns a sockConn and its peer, a plain TCP connection, on
@@ -166,4 +168,57 @@ func TestSockConnConcurrent(t *testing.T) {
 	if err := <-echoed; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Closing with unread input resets the connection under the last
+// response, so finish lingers when input may be waiting. It asks the
+// socket (a peek) unless the reads have said: after EOF nothing can
+// follow; after a bodyless request that said close, read by a read that
+// left the socket empty, nothing may (RFC 9112 §9.6), and bytes sent
+// anyway are the client's own breach. Otherwise the peek decides.
+func TestUnreadInput(t *testing.T) {
+	read := func(t *testing.T, c *sockConn, n int) {
+		t.Helper()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(c, make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("eof", func(t *testing.T) {
+		c, client, _ := rawPair(t, "tcp4", "127.0.0.1:0", false)
+		io.WriteString(client, "abc")
+		client.(*net.TCPConn).CloseWrite()
+		read(t, c, 3)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 8)); err != io.EOF {
+			t.Fatalf("read after the client's end: %v, want EOF", err)
+		}
+		if (&h1conn{c: c, rd: h1.NewReader(c, 1024)}).unreadInput() {
+			t.Error("input may wait after EOF")
+		}
+	})
+	t.Run("close asked", func(t *testing.T) {
+		c, client, _ := rawPair(t, "tcp4", "127.0.0.1:0", false)
+		io.WriteString(client, "abc")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := c.Read(make([]byte, 64)); err != nil || n != 3 {
+			t.Fatalf("read %d, %v", n, err)
+		}
+		io.WriteString(client, "more") // after its close: not looked for
+		hc := &h1conn{c: c, rd: h1.NewReader(c, 1024), closeAsked: true}
+		if hc.unreadInput() {
+			t.Error("a request that said close: input looked for")
+		}
+		hc.closeAsked = false
+		until(t, "the bytes after to arrive", hc.unreadInput)
+	})
+	t.Run("full read", func(t *testing.T) {
+		c, client, _ := rawPair(t, "tcp4", "127.0.0.1:0", false)
+		io.WriteString(client, "abcmore")
+		until(t, "the bytes to arrive", func() bool { return pendingInput(c) })
+		read(t, c, 3) // a read that filled its buffer: more may wait
+		if !(&h1conn{c: c, rd: h1.NewReader(c, 1024), closeAsked: true}).unreadInput() {
+			t.Error("a read that filled its buffer, then bytes waiting: not seen")
+		}
+	})
 }
