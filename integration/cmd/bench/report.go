@@ -283,12 +283,31 @@ resumed 0.96x, keep-alive 1.04x (0.93x), HTTP/2 0.99x; the access log 1.7%
 fewer req/s, 4.0% more worker CPU per request. Where a row was ahead or
 behind in every round (TLS keep-alive ahead 10 of 10, resumed behind 10 of
 10, full RSA and new connections behind in all), the gap is baton's, not
-the machine's. The run in the tables above adds workers' GOGC=200 (TLS
+the machine's. The next (256d5e6) added workers' GOGC=200 (TLS
 handshakes allocate; resumed ones gained about 3% in turns of their own):
 keep-alive 1.01x (p99 1.00x), wrk 1.02x (p99 1.04x, no higher than
-nginx's in 4 of 10 rounds: under wrk baton's tail is a little longer, in
-both runs), TLS full ECDSA 1.01x, resumed 0.98x, keep-alive 1.05x, HTTP/2
-1.00x.
+nginx's in 4 of 10 rounds), TLS full ECDSA 1.01x, resumed 0.98x,
+keep-alive 1.05x, HTTP/2 1.00x. The run in the tables above (f535c6b,
+nothing changed on these paths): keep-alive 1.04x (p99 0.98x), wrk 1.05x
+(p99 0.97x, no higher in 8 of 10 rounds), TLS full ECDSA 1.06x, resumed
+1.00x, keep-alive 1.03x, HTTP/2 1.02x. wrk's p99 went from 3-4% above
+nginx's to 3% below with the same code: parity, within the spread of runs.
+Looking for a cause of the longer tail before that: CPU per request under
+wrk was the same as nginx's (user 8 µs, system 19 µs, from /proc), no GC
+ran, and Go's poller, which hands the goroutines it finds ready over in
+the reverse of epoll's order (the oldest request of a batch served last),
+made no difference: a baton built with a Go patched to keep epoll's order
+gave p99 medians of 3.88 ms against 3.87 ms stock, nginx 3.79 (24 rounds of
+wrk turns).
+
+Resumed TLS 1.3 handshakes: X25519 is a quarter of the worker's CPU,
+because crypto/ecdh computes the server's key share with the Montgomery
+ladder (37 µs here) rather than a fixed-base table. A Go patched to compute
+it as an Edwards base-point multiple (the same key; crypto/ecdh's tests
+pass) took key generation and ECDH from 74 µs to 59 µs, and baton's
+resumed connections from 1960 to 1999 a second (nginx 1958): a change for
+Go, not for baton. The client, Go's, does more per handshake than either
+server and bounds these rows on two cores.
 
 Measuring fairly. Quick runs with the targets in the other order moved
 baton's ratios by up to a quarter (keep-alive 1.00x against 1.24x, wrk
