@@ -152,3 +152,42 @@ func TestExpectContinueOverLimit(t *testing.T) {
 		t.Fatalf("status %d, want 413 (and no 100 Continue first)", resp.StatusCode)
 	}
 }
+
+// A request's fields are slices of its head, in the buffer that reading
+// the body reuses. A POST whose body, arriving after the head, began with
+// "HEAD" turned into a HEAD where it lay: its response went out with its
+// Content-Length but without its content, and the client's connection
+// read the next response as this one's body; behind a front proxy that
+// shares connections among users, that answers one user with another's
+// response (response queue poisoning: Kettle, "HTTP/2: The Sequel is
+// Always Worse", Black Hat USA 2021). Found by FuzzRequest, whose check
+// read the request after its body. RFC 9110 §9.3.2: only a HEAD's
+// response has no content.
+func TestRequestBodyCannotRewriteItsHead(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		io.WriteString(w, r.Method+" "+string(b))
+	}))
+	defer be.Close()
+	for _, buffered := range []bool{false, true} {
+		cfg := webConfig(hostOf(be))
+		if buffered {
+			cfg = strings.Replace(cfg, "    backend: app\n", "    backend: app\n    bufferRequestBody: 64KiB\n", 1)
+		}
+		_, web, _ := startProxy(t, cfg)
+		c, br := dialWeb(t, web)
+		for _, body := range []string{"HEADxxxx", "GET /x HTTP/1.1\r\n\r\n"} {
+			fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", len(body))
+			waitConsumed(t, c) // the head is read alone, the body after
+			io.WriteString(c, body)
+			resp, err := http.ReadResponse(br, &http.Request{Method: "POST"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			if err != nil || string(got) != "POST "+body {
+				t.Fatalf("buffered %v, body %q: response %q, %v; want %q", buffered, body, got, err, "POST "+body)
+			}
+		}
+	}
+}

@@ -421,11 +421,23 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 		return hc.errorResponse(status, req.HasBody() || req.Close)
 	}
 	b := rt.backend
+	if req.HasBody() {
+		// req's fields are slices of the head, which lives in the
+		// reader's buffer, and reading the body reuses that buffer: a
+		// body read over a method would turn this POST into a HEAD
+		// whose response goes out without its content, desynchronising
+		// the client's connection. req reads a copy from here on (it
+		// parsed before, so it does again).
+		hc.head = append(hc.head[:0], head...)
+		if err := req.Parse(hc.head); err != nil {
+			return hc.refuse(err)
+		}
+	}
 	if req.Upgrade != nil {
 		return hc.upgrade(rt, set, &a)
 	}
 	if rt.buffer > 0 && req.HasBody() {
-		if err := hc.readBodyAhead(rt, head); err != nil {
+		if err := hc.readBodyAhead(rt); err != nil {
 			return hc.bodyFailed(err)
 		}
 	}
@@ -524,16 +536,10 @@ func (hc *h1conn) sendContinue() error {
 // for a chunked body that turns out larger, a prefix (bodyPrefix) that
 // sendRequest sends before streaming the rest. A Content-Length body larger
 // than the buffer is streamed from the start.
-func (hc *h1conn) readBodyAhead(rt *route, head []byte) error {
+func (hc *h1conn) readBodyAhead(rt *route) error {
 	req := &hc.req
 	if req.ContentLength > rt.buffer {
 		return nil
-	}
-	// The head lives in the reader's buffer, which reading the body
-	// reuses: parse a copy of it instead (it parsed before, so it does).
-	hc.head = append(hc.head[:0], head...)
-	if err := req.Parse(hc.head); err != nil {
-		return err
 	}
 	if err := hc.sendContinue(); err != nil {
 		return err

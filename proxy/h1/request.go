@@ -63,7 +63,10 @@ func (r *Request) Field(name string) []byte {
 
 // Parse parses a request head, as ReadHead returns it, strictly per RFC
 // 9112; see docs/security.md for each rule and its source. An error is an
-// *Error whose Status is the answer the request gets.
+// *Error whose Status is the answer the request gets. r's fields are
+// slices of head: head must stay as it is while r is used, and a head
+// in a Reader's buffer does not outlive the next read (parse a copy
+// before reading a body).
 func (r *Request) Parse(head []byte) error {
 	*r = Request{Fields: r.Fields[:0], conn: r.conn, pathBuf: r.pathBuf, queryBuf: r.queryBuf, ContentLength: -1}
 	r.conn.reset()
