@@ -51,21 +51,17 @@ func (a *acceptor) start(p *Proxy, name string, lns []net.Listener, handle func(
 // connection that comes after the close is refused, which a client or a
 // load balancer can act on.
 func (a *acceptor) stop(sweep bool) {
-	if !sweep {
-		for _, ln := range a.lns {
-			ln.Close()
-		}
-		a.wg.Wait()
-		return
-	}
 	for _, ln := range a.lns {
-		if s, ok := ln.(queueSweeper); ok {
+		if s, ok := ln.(queueSweeper); ok && sweep {
 			s.stopWaiting()
 		} else {
 			ln.Close()
 		}
 	}
 	a.wg.Wait()
+	if !sweep {
+		return
+	}
 	for _, ln := range a.lns {
 		if s, ok := ln.(queueSweeper); ok {
 			s.sweep(a.handle)
