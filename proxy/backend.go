@@ -237,13 +237,16 @@ func (ep *endpoint) connected() {
 	}
 }
 
-// conn returns a connection to ep: a pooled one unless fresh, else new.
-func (ep *endpoint) conn(ctx context.Context, b *backend, fresh bool) (*upConn, error) {
+// conn returns a connection to ep for w: a pooled one unless fresh, else
+// a new one, whose dial w's abort cancels.
+func (ep *endpoint) conn(w *upstreamWork, b *backend, fresh bool) (*upConn, error) {
 	if !fresh {
 		if uc := ep.pool.get(time.Now()); uc != nil {
 			return uc, nil
 		}
 	}
+	ctx, release := w.dialContext()
+	defer release()
 	start := time.Now()
 	uc, err := ep.pool.dial(ctx, b, ep.tlsConf)
 	if err != nil {

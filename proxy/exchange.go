@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"strconv"
 	"time"
 
@@ -17,6 +16,9 @@ type requestSender interface {
 	// the client's side (reading its body, or a body that breaks a rule)
 	// is a *clientError.
 	sendRequest(uc *upConn, rt *route) error
+	// upstream is the request's upstream work, which the client's side
+	// aborts when it goes away.
+	upstream() *upstreamWork
 }
 
 // route finds the route and endpoints of a request parsed into req, and
@@ -59,7 +61,8 @@ func (p *Proxy) route(listener string, req *h1.Request, a *attempt, e *accessEnt
 // (counted in the endpoint's in-flight requests until the caller is done),
 // or the status to answer (502, 503 or 504) when no endpoint answered, or
 // a *clientError when the client's side failed (nothing to answer but its
-// own error).
+// own error), errClientGone among them: once the client went away, no
+// attempt is made again.
 func exchangeUpstream(f *httpFrontend, x requestSender, rt *route, set *endpointSet, a *attempt, replayable bool, resp *h1.Response) (*upConn, *endpoint, int, error) {
 	b := rt.backend
 	// Each failure is logged once, with what follows it: another
@@ -79,8 +82,15 @@ func exchangeUpstream(f *httpFrontend, x requestSender, rt *route, set *endpoint
 	}
 	a.tried(ep)
 	retries := 0
+	w := x.upstream()
 	for fresh := false; ; {
-		uc, err := ep.conn(context.Background(), b, fresh)
+		if w.isAborted() {
+			return nil, nil, 0, &clientError{errClientGone}
+		}
+		uc, err := ep.conn(w, b, fresh)
+		if err != nil && w.isAborted() {
+			return nil, nil, 0, &clientError{errClientGone} // the dial was cancelled
+		}
 		if err != nil {
 			// Nothing was sent: another endpoint, always.
 			b.connectFailures.Add(1)
@@ -102,6 +112,9 @@ func exchangeUpstream(f *httpFrontend, x requestSender, rt *route, set *endpoint
 		}
 		ep.inflight.Add(-1)
 		uc.c.Close()
+		if w.isAborted() {
+			return nil, nil, 0, &clientError{errClientGone}
+		}
 		if !upstreamFault(err) {
 			// The client's side failed (went away, or sent a body that
 			// breaks a rule or the limit): nothing to retry.

@@ -72,6 +72,12 @@ type h1conn struct {
 	// closeAsked: the last request said close and had no body, so the
 	// client sends nothing more (RFC 9112 §9.6: it must not).
 	closeAsked bool
+	// requests counts the connection's requests, for
+	// http.maxRequestsPerConnection.
+	requests int
+	// work is the upstream work of the request being served, aborted
+	// when the client closes its connection (Proxy.watchClients).
+	work upstreamWork
 }
 
 // bodyState says how much of a request's body was read ahead.
@@ -85,7 +91,7 @@ const (
 
 // serve runs the connection until it closes.
 func (hc *h1conn) serve() {
-	hc.closeAsked = false
+	hc.closeAsked, hc.requests = false, 0
 	defer hc.finish()
 	if hc.f.proxyProtocol && !hc.readProxyHeader() {
 		return
@@ -129,6 +135,13 @@ func (hc *h1conn) serve() {
 // (readRequestHead reads the rest, under ReadHeaderTimeout).
 func (hc *h1conn) serveInline(sc *sockConn) (head []byte, done bool, err error) {
 	idle := hc.f.p.cfg.HTTP.IdleTimeout.Std()
+	// The session's wait begins with a look at the read deadline: the
+	// one the last request's head was read under may have passed while
+	// its response came (a backend slower than readHeaderTimeout), and
+	// would close the connection under the next request. What follows is
+	// idle time. (A drain's wake-up, which moves the deadline too, acts
+	// on idle connections only, and this one is still active.)
+	hc.rd.ExtendDeadline(time.Now(), idle)
 	drained := false // the last read left the socket empty
 	step := func() bool {
 		for {
@@ -400,6 +413,7 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 	hc.out, hc.in = h1.Body{}, h1.Body{}
 	p := hc.f.p
 	p.stats.requests.Add(1)
+	hc.requests++
 	req := &hc.req
 	hc.bodyState, hc.continued, hc.extra = bodyStreamed, false, hc.extra[:0]
 	if hc.parsed {
@@ -443,6 +457,8 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 	}
 	replayable := idempotent(req.Method) && (!req.HasBody() || hc.bodyState == bodyWhole)
 	upStart := time.Now()
+	hc.work.begin(hc.c)
+	defer hc.work.end()
 	uc, ep, status, err := exchangeUpstream(hc.f, hc, rt, set, &a, replayable, &hc.resp)
 	switch {
 	case err != nil:
@@ -458,6 +474,13 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 	keep := hc.forwardResponse(uc, rt)
 	ep.inflight.Add(-1)
 	return keep
+}
+
+// lastRequest reports whether the request being served is the
+// connection's last (http.maxRequestsPerConnection, nginx's
+// keepalive_requests): its response says Connection: close.
+func (hc *h1conn) lastRequest() bool {
+	return hc.requests >= hc.f.p.cfg.HTTP.MaxRequestsPerConnection
 }
 
 // upstreamStatus is the answer to a request that no backend answered: 504
@@ -503,6 +526,9 @@ func (hc *h1conn) bodyFailed(err error) bool {
 	var he *h1.Error
 	if errors.As(err, &he) {
 		return hc.refuse(err)
+	}
+	if errors.Is(err, errClientGone) {
+		hc.entry.status = statusClientGone
 	}
 	hc.f.p.log.Debug("client went away mid-request", zap.Error(err))
 	return false
@@ -577,8 +603,14 @@ func clientSide(err error) error {
 	return &clientError{err}
 }
 
+// upstream is the upstream work of the request being served.
+func (hc *h1conn) upstream() *upstreamWork { return &hc.work }
+
 // sendRequest writes the request head and body to uc.
 func (hc *h1conn) sendRequest(uc *upConn, rt *route) error {
+	if !hc.work.using(uc) {
+		return &clientError{errClientGone}
+	}
 	req := &hc.req
 	if err := hc.sendContinue(); err != nil {
 		return err
@@ -618,7 +650,7 @@ func (hc *h1conn) forwardResponse(uc *upConn, rt *route) bool {
 	noBody := resp.NoBody(req.Method)
 	untilEOF := !noBody && !resp.Chunked && resp.ContentLength < 0
 	decode := resp.Chunked && !noBody && req.Minor == 0
-	keep := !req.Close && !untilEOF && !decode && !p.draining.Load()
+	keep := !req.Close && !untilEOF && !decode && !p.draining.Load() && !hc.lastRequest()
 	hc.closeAsked = req.Close && !req.HasBody()
 
 	out := h1.ResponseOut{Body: h1.Framing{Length: resp.ContentLength, Chunked: resp.Chunked}, Extra: hc.extra}
@@ -658,6 +690,12 @@ func (hc *h1conn) forwardResponse(uc *upConn, rt *route) bool {
 			err = &h1.WriteError{Err: ferr}
 		}
 	}
+	if !hc.work.using(nil) {
+		// The client went away while the response came: the upstream
+		// connection was cut, and is closed.
+		uc.c.Close()
+		return false
+	}
 	if err == nil && reusable(uc, resp, untilEOF) {
 		uc.pool.put(uc, time.Now())
 	} else {
@@ -689,6 +727,8 @@ func (hc *h1conn) upgrade(rt *route, set *endpointSet, a *attempt) bool {
 	if hc.req.HasBody() {
 		return hc.errorResponse(400, true)
 	}
+	hc.work.begin(hc.c)
+	defer hc.work.end()
 	var (
 		uc  *upConn
 		err error
@@ -701,8 +741,12 @@ func (hc *h1conn) upgrade(rt *route, set *endpointSet, a *attempt) bool {
 			return hc.errorResponse(status, true)
 		}
 		a.tried(ep)
-		if uc, err = ep.conn(context.Background(), b, true); err == nil {
+		if uc, err = ep.conn(&hc.work, b, true); err == nil {
 			break
+		}
+		if hc.work.isAborted() {
+			hc.entry.status = statusClientGone
+			return false
 		}
 		b.connectFailures.Add(1)
 		hc.f.failed(rt, ep.addr, "connect", "next endpoint", err)
@@ -727,6 +771,7 @@ func (hc *h1conn) upgrade(rt *route, set *endpointSet, a *attempt) bool {
 		uc.c.Close()
 		return false
 	}
+	hc.work.end() // the tunnel ends when either side closes, on its own
 	hc.f.inflight.Add(1)
 	keepAlive(hc.c) // a tunnel may be silent for long
 	tunnel(hc.c, hc.rd, uc.c, uc.rd)
@@ -798,7 +843,7 @@ func (hc *h1conn) errorResponse(status int, closeConn bool) bool {
 	p.stats.errors.Add(1)
 	hc.entry.status = status
 	hc.entry.bodyOut = int64(len(statusText[status]) + 8)
-	closeConn = closeConn || p.draining.Load() || hc.req.Close
+	closeConn = closeConn || p.draining.Load() || hc.req.Close || hc.lastRequest()
 	text := statusText[status]
 	w := hc.bw
 	extendWriteDeadline(hc.c, &hc.wdl, time.Now(), clientWriteTimeout)

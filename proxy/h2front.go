@@ -41,7 +41,9 @@ func (hc *h1conn) serveH2(c net.Conn) {
 	cfg := &f.p.cfg.HTTP
 	sc := h2.NewConn(c, h2.Config{
 		MaxHeaderListSize: uint32(cfg.MaxHeaderBytes),
+		MaxRequests:       cfg.MaxRequestsPerConnection,
 		PrefaceTimeout:    cfg.ReadHeaderTimeout.Std(),
+		HeaderTimeout:     cfg.ReadHeaderTimeout.Std(),
 		IdleTimeout:       cfg.IdleTimeout.Std(),
 		WriteTimeout:      clientWriteTimeout,
 		Go:                f.gp.Go,
@@ -91,11 +93,9 @@ type h2exchange struct {
 	bodyState bodyState
 	bodyIn    int64
 	continued bool // 100 Continue was sent
-	// aborted is set when the stream was reset while its request was
-	// upstream: the upstream connection was interrupted, and is closed.
-	aborted bool
-	upMu    sync.Mutex
-	up      *upConn // the upstream connection of the exchange under way
+	// work is the stream's upstream work, aborted when the stream is
+	// reset or its connection ends.
+	work upstreamWork
 }
 
 var h2exchanges = sync.Pool{New: func() any { return &h2exchange{buf: make([]byte, 16<<10)} }}
@@ -115,7 +115,7 @@ func (cl *h2client) serve(s *h2.Stream) {
 	defer h2exchanges.Put(x)
 	x.start(cl, s)
 	e := &x.entry
-	s.OnReset(x.abort)
+	s.OnReset(x.work.abort)
 	x.serve()
 	s.OnReset(nil)
 	f.metrics.request(e.backend, e.status, time.Since(e.start))
@@ -129,33 +129,18 @@ func (cl *h2client) serve(s *h2.Stream) {
 
 // start readies x, from the pool, for stream s of cl.
 func (x *h2exchange) start(cl *h2client, s *h2.Stream) {
-	x.cl, x.s, x.up = cl, s, nil
+	x.cl, x.s = cl, s
+	x.work.begin(nil)
 	x.cookie, x.over = x.cookie[:0], x.over[:0]
-	x.aborted, x.continued = false, false
+	x.continued = false
 	x.bodyState, x.bodyIn = bodyStreamed, 0
 	f := cl.f
 	x.entry = accessEntry{start: time.Now(), listener: f.name, client: cl.client, proto: "HTTP/2.0", upstream: -1, generation: f.p.Generation,
 		tlsVersion: cl.tlsVersion, sni: cl.sni}
 }
 
-// abort interrupts the upstream exchange of a stream the client reset
-// (it runs under the stream's connection's lock, and must not block).
-func (x *h2exchange) abort() {
-	x.upMu.Lock()
-	defer x.upMu.Unlock()
-	x.aborted = true
-	if x.up != nil {
-		x.up.c.SetDeadline(time.Unix(1, 0))
-	}
-}
-
-// using records the upstream connection under way, for abort.
-func (x *h2exchange) using(uc *upConn) bool {
-	x.upMu.Lock()
-	defer x.upMu.Unlock()
-	x.up = uc
-	return !x.aborted
-}
+// upstream is the stream's upstream work.
+func (x *h2exchange) upstream() *upstreamWork { return &x.work }
 
 func (x *h2exchange) serve() {
 	p := x.cl.f.p
@@ -336,6 +321,8 @@ func (x *h2exchange) bodyFailed(err error) {
 		x.errorResponse(413)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		x.errorResponse(408)
+	case errors.Is(err, errClientGone):
+		x.entry.status = statusClientGone
 	default:
 		x.cl.f.p.log.Debug("client went away mid-request", zap.Error(err))
 	}
@@ -430,8 +417,8 @@ var (
 
 // sendRequest writes the request's head and body to uc.
 func (x *h2exchange) sendRequest(uc *upConn, rt *route) error {
-	if !x.using(uc) {
-		return &clientError{h2.ErrStreamReset}
+	if !x.work.using(uc) {
+		return &clientError{errClientGone}
 	}
 	req := &x.req
 	writeRequestHead(uc, rt, req, x.bodyState, x.body.b, &h1.Forwarded{For: x.cl.client, Proto: x.cl.proto, Host: uc.pool.addr, Trusted: x.cl.trusted})
@@ -504,14 +491,14 @@ func (x *h2exchange) forwardResponse(uc *upConn, rt *route) {
 			err = s.End()
 		}
 	}
-	aborted := !x.using(nil)
+	aborted := !x.work.using(nil)
 	if err == nil && !aborted && reusable(uc, resp, untilEOF) {
 		uc.pool.put(uc, time.Now())
 	} else {
 		uc.c.Close()
 	}
 	var re *h1.ReadError
-	if err != nil && sent && errors.As(err, &re) {
+	if err != nil && sent && !aborted && errors.As(err, &re) {
 		// The response was cut off upstream: the stream is reset, so
 		// that the client cannot take a part for the whole.
 		s.Reset(http2.ErrCodeInternal)

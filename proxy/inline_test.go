@@ -212,3 +212,25 @@ func procTCPAddr(a net.Addr) string {
 	ip := ta.IP.To4()
 	return fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], ta.Port)
 }
+
+// TestKeepAliveAfterASlowResponse: a keep-alive connection whose first
+// response took longer than readHeaderTimeout serves its next requests.
+// The read session's wait looks at the read deadline first, and the one the
+// first head was read under had passed: the connection closed under the
+// second request (a client then sees its request fail, which is fatal for
+// one that cannot be retried, RFC 9112 §9.3.1).
+func TestKeepAliveAfterASlowResponse(t *testing.T) {
+	be := newRecordingBackend(t, func(n int, req *recordedRequest, w io.Writer) {
+		if n == 0 {
+			time.Sleep(400 * time.Millisecond) // readHeaderTimeout is 200ms
+		}
+		io.WriteString(w, okResponse)
+	})
+	_, web, _ := startProxy(t, webConfig(be.addr()))
+	c, br := dialWeb(t, web)
+	for i := range 3 {
+		if resp := rawGet(t, c, br); resp.StatusCode != 200 {
+			t.Fatalf("response %d: %d", i, resp.StatusCode)
+		}
+	}
+}

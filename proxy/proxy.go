@@ -44,7 +44,8 @@ type Proxy struct {
 	// changed signals (capacity 1) that a backend's endpoints changed, so
 	// that the worker reports them at once.
 	changed chan struct{}
-	// reaper closes idle upstream connections; Drain ends it.
+	// reaper closes idle upstream connections, and watches the clients
+	// of requests upstream (watchClients); Drain ends both.
 	stopReaper chan struct{}
 	stopOnce   sync.Once
 	reaper     sync.WaitGroup
@@ -164,6 +165,7 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 	}
 	p.setTicketKeys(p.TicketKeys)
 	p.reaper.Go(p.reapIdle)
+	p.reaper.Go(p.watchClients)
 	return nil
 }
 

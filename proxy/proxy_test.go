@@ -377,3 +377,23 @@ routes:
 		t.Fatalf("echo through the proxy: %d bytes, %v", len(b), err)
 	}
 }
+
+// TestMaxRequestsPerConnection: an HTTP/1.1 connection serves
+// http.maxRequestsPerConnection requests (nginx's keepalive_requests), the
+// last with Connection: close, and then closes.
+func TestMaxRequestsPerConnection(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer be.Close()
+	cfg := strings.Replace(webConfig(hostOf(be)), "http:\n", "http:\n  maxRequestsPerConnection: 3\n", 1)
+	_, web, _ := startProxy(t, cfg)
+	c, br := dialWeb(t, web)
+	for i := range 3 {
+		resp := rawGet(t, c, br)
+		if resp.StatusCode != 200 || resp.Close != (i == 2) {
+			t.Fatalf("response %d: %d, close %v", i, resp.StatusCode, resp.Close)
+		}
+	}
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("after the last request: %d bytes, %v (want EOF)", n, err)
+	}
+}

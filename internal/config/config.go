@@ -30,10 +30,12 @@ const (
 	DefaultIdleTimeout       = 60 * time.Second
 	DefaultDrainIdleGrace    = time.Second
 	DefaultMaxHeaderBytes    = 64 << 10
-	DefaultConnectTimeout    = 5 * time.Second
-	DefaultResponseTimeout   = 60 * time.Second
-	DefaultBackendIdle       = 30 * time.Second
-	DefaultProtocol          = ProtocolHTTP
+	// DefaultMaxRequestsPerConnection is nginx's keepalive_requests.
+	DefaultMaxRequestsPerConnection = 1000
+	DefaultConnectTimeout           = 5 * time.Second
+	DefaultResponseTimeout          = 60 * time.Second
+	DefaultBackendIdle              = 30 * time.Second
+	DefaultProtocol                 = ProtocolHTTP
 
 	// MaxSize is the largest configuration file baton accepts. The
 	// configuration travels to every worker in one message, which has a
@@ -185,6 +187,13 @@ type HTTP struct {
 	// MaxBodySize bounds a request body, for routes that do not set
 	// their own: a larger one is answered 413. 0: no limit.
 	MaxBodySize Size `json:"maxBodySize,omitempty"`
+	// MaxRequestsPerConnection is the requests one client connection
+	// serves (nginx's keepalive_requests, Envoy's
+	// max_requests_per_connection): the last HTTP/1.1 response says
+	// Connection: close; an HTTP/2 connection's last stream gets a GOAWAY
+	// naming it. It bounds what one connection can make baton do, however
+	// its streams end. Default DefaultMaxRequestsPerConnection.
+	MaxRequestsPerConnection int `json:"maxRequestsPerConnection,omitempty"`
 }
 
 // Listener is one listening address.
@@ -406,6 +415,9 @@ func (c *Config) setDefaults() {
 	setDuration(&c.HTTP.DrainIdleGrace, DefaultDrainIdleGrace)
 	if c.HTTP.MaxHeaderBytes == 0 {
 		c.HTTP.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if c.HTTP.MaxRequestsPerConnection == 0 {
+		c.HTTP.MaxRequestsPerConnection = DefaultMaxRequestsPerConnection
 	}
 	for i := range c.Listeners {
 		l := &c.Listeners[i]

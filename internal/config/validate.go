@@ -74,6 +74,9 @@ func (c *Config) validate(offline bool) error {
 	if c.HTTP.MaxHeaderBytes < 1024 {
 		bad("http.maxHeaderBytes must be at least 1024, not %d", c.HTTP.MaxHeaderBytes)
 	}
+	if c.HTTP.MaxRequestsPerConnection < 1 {
+		bad("http.maxRequestsPerConnection must be at least 1, not %d", c.HTTP.MaxRequestsPerConnection)
+	}
 	if a := c.Metrics.Address; a != "" {
 		if _, port, err := net.SplitHostPort(a); err != nil || checkPort(port) != nil {
 			bad("metrics.address must be host:port, not %q", a)

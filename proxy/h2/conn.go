@@ -30,6 +30,9 @@ const (
 	// DefaultMaxStreams is the concurrent streams a client may open
 	// (SETTINGS_MAX_CONCURRENT_STREAMS): nginx's default.
 	DefaultMaxStreams = 128
+	// DefaultMaxRequests is the streams a connection serves in its life
+	// before a graceful GOAWAY: nginx's keepalive_requests.
+	DefaultMaxRequests = 1000
 	// streamWindow and connWindow are the receive windows baton grants
 	// for a stream's body and for the connection: the most request body a
 	// client can have in flight, and so the most a stream (a connection)
@@ -50,10 +53,11 @@ const (
 	shutdownPingTimeout = time.Second
 	// Abuse limits: past them the connection gets GOAWAY with
 	// ENHANCE_YOUR_CALM. Streams refused for going over
-	// SETTINGS_MAX_CONCURRENT_STREAMS, streams the client reset while
-	// their handler ran (HTTP/2 Rapid Reset, CVE-2023-44487) beyond half
-	// of those it opened, and DATA frames without data that do not end
-	// the stream (CVE-2019-9518).
+	// SETTINGS_MAX_CONCURRENT_STREAMS; streams reset while their handler
+	// ran beyond half of those opened, whoever reset them: the client
+	// (HTTP/2 Rapid Reset, CVE-2023-44487) or baton, for a frame the
+	// client sent to make it (MadeYouReset, CVE-2025-8671); and DATA
+	// frames without data that do not end the stream (CVE-2019-9518).
 	maxRefused    = 64
 	minResets     = 128
 	maxEmptyFrame = 256
@@ -62,15 +66,23 @@ const (
 // Config are a connection's settings and limits.
 type Config struct {
 	// MaxStreams is SETTINGS_MAX_CONCURRENT_STREAMS; 0: DefaultMaxStreams.
+	// Handlers count until they return, reset or not, so a connection
+	// never has more requests than this under way.
 	MaxStreams uint32
+	// MaxRequests is the streams the connection serves in all; the last
+	// one opened gets a GOAWAY (NO_ERROR) naming it, and the connection
+	// ends once its streams are done. 0: DefaultMaxRequests.
+	MaxRequests int
 	// MaxHeaderListSize bounds a request's decoded header fields
 	// (SETTINGS_MAX_HEADER_LIST_SIZE); a larger request is answered 431.
 	MaxHeaderListSize uint32
 	// PrefaceTimeout bounds the wait for the client's preface and first
-	// SETTINGS; IdleTimeout closes a connection without streams for that
-	// long; WriteTimeout bounds each wait to write, and a stream's wait for
-	// the client to open its flow-control window.
-	PrefaceTimeout, IdleTimeout, WriteTimeout time.Duration
+	// SETTINGS; HeaderTimeout bounds a header block, from the first byte
+	// of its HEADERS frame to the end of its last CONTINUATION (0: only
+	// IdleTimeout bounds it); IdleTimeout closes a connection without
+	// streams for that long; WriteTimeout bounds each wait to write, and a
+	// stream's wait for the client to open its flow-control window.
+	PrefaceTimeout, HeaderTimeout, IdleTimeout, WriteTimeout time.Duration
 	// Logf, when set, is told of protocol errors (at debug level).
 	Logf func(format string, args ...any)
 	// Go, when set, runs the handlers (a pool of goroutines); else each
@@ -133,7 +145,7 @@ type Conn struct {
 	shutdown   bool   // Shutdown began (or is to, once started)
 	finishing  bool   // the write side is closed; reading lingers
 	closed     bool   // Serve ended: waits fail
-	resets     int    // streams the client reset while their handler ran
+	resets     int    // streams reset while their handler ran, by either side
 	refused    int
 	empty      int
 
@@ -144,6 +156,9 @@ type Conn struct {
 func NewConn(c net.Conn, cfg Config, h Handler) *Conn {
 	if cfg.MaxStreams == 0 {
 		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.MaxRequests <= 0 {
+		cfg.MaxRequests = DefaultMaxRequests
 	}
 	if cfg.MaxHeaderListSize == 0 {
 		cfg.MaxHeaderListSize = 1 << 20
@@ -234,27 +249,49 @@ func (sc *Conn) serve() error {
 			return nil
 		}
 		before := sc.rd.n
-		f, err := sc.fr.ReadFrame()
+		// The next frame's header, before the Framer reads the frame: a
+		// header block gets HeaderTimeout for all of it, and what a
+		// frame's type says of its errors is known.
+		typ, headerBlock := http2.FrameType(0), false
+		hdr, err := sc.rd.r.Peek(9)
+		if err == nil {
+			typ = http2.FrameType(hdr[3])
+			if typ == http2.FrameHeaders && sc.cfg.HeaderTimeout > 0 {
+				headerBlock = true
+				sc.c.SetReadDeadline(time.Now().Add(sc.cfg.HeaderTimeout))
+			}
+		}
+		var f http2.Frame
+		if err == nil {
+			f, err = sc.fr.ReadFrame()
+		}
+		if headerBlock && (err == nil || !isTimeout(err)) {
+			deadline = time.Now().Add(sc.cfg.IdleTimeout)
+			sc.c.SetReadDeadline(deadline)
+		}
 		if err != nil {
 			if !isTimeout(err) || sc.werr() != nil {
-				if err = sc.readError(err); err != nil {
+				if err = sc.readError(typ, err); err != nil {
 					return err
 				}
 				continue
 			}
 			// The idle timeout: a connection whose streams are still
 			// being served is not idle, unless the client stopped in
-			// the middle of a frame.
+			// the middle of a frame, or of a header block.
 			sc.mu.Lock()
 			busy, finishing := sc.active > 0, sc.finishing
 			sc.mu.Unlock()
 			if finishing {
 				continue
 			}
-			if busy && sc.rd.n == before {
+			if busy && !headerBlock && sc.rd.n == before && sc.rd.r.Buffered() == 0 {
 				deadline = time.Now().Add(sc.cfg.IdleTimeout)
 				sc.c.SetReadDeadline(deadline)
 				continue
+			}
+			if headerBlock {
+				sc.logf("http2: a header block not complete within %v", sc.cfg.HeaderTimeout)
 			}
 			sc.goAwayNow(http2.ErrCodeNo)
 			continue
@@ -272,7 +309,7 @@ func (sc *Conn) serve() error {
 			sc.c.SetReadDeadline(deadline)
 		}
 		if err := sc.process(f); err != nil {
-			if err = sc.readError(err); err != nil {
+			if err = sc.readError(typ, err); err != nil {
 				return err
 			}
 		}
@@ -284,14 +321,23 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// readError handles an error of reading or processing a frame: a
-// connection error gets a GOAWAY (and the reading lingers), a stream
-// error resets the stream; anything else (the client went away, or a
-// write failed) is returned, and ends the connection.
-func (sc *Conn) readError(err error) error {
+// readError handles an error of reading or processing a frame of type
+// typ: a connection error gets a GOAWAY (and the reading lingers), a
+// stream error resets the stream; anything else (the client went away,
+// or a write failed) is returned, and ends the connection.
+func (sc *Conn) readError(typ http2.FrameType, err error) error {
 	var se http2.StreamError
 	var ce http2.ConnectionError
 	switch {
+	case errors.As(err, &se) && typ == http2.FrameWindowUpdate:
+		// A WINDOW_UPDATE of 0 on a stream: a stream error (RFC 9113
+		// §6.9) that any endpoint may treat as a connection error
+		// (§5.4.1), as nginx does. A client only sends one to make the
+		// server reset a stream whose request is under way
+		// (MadeYouReset, CVE-2025-8671).
+		sc.logf("http2: connection error: %v (WINDOW_UPDATE)", err)
+		sc.goAwayNow(http2.ErrCodeProtocol)
+		return nil
 	case errors.As(err, &se):
 		// A malformed header block (RFC 9113 §8.1.1): the stream is
 		// reset, its ID used up all the same.
@@ -452,11 +498,8 @@ func (sc *Conn) processRST(f *http2.RSTStreamFrame) error {
 		}
 		return nil
 	}
-	if !s.handlerDone {
-		sc.resets++
-	}
+	abusive := sc.countResetLocked(s)
 	s.abortLocked()
-	abusive := sc.resets >= minResets && sc.resets*2 > sc.opened
 	sc.mu.Unlock()
 	if abusive {
 		return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
@@ -464,16 +507,38 @@ func (sc *Conn) processRST(f *http2.RSTStreamFrame) error {
 	return nil
 }
 
-// streamError resets stream id with code.
+// countResetLocked counts a reset of s, by either side, while its handler
+// runs (its request may be at a backend already: resets that free a slot
+// of SETTINGS_MAX_CONCURRENT_STREAMS are what Rapid Reset and MadeYouReset
+// amplify), and reports whether the connection has had too many: more
+// than minResets, and more than half of the streams it opened.
+func (sc *Conn) countResetLocked(s *Stream) bool {
+	if !s.handlerDone && !s.reset {
+		sc.resets++
+	}
+	return sc.resets >= minResets && sc.resets*2 > sc.opened
+}
+
+// streamError resets stream id with code: a stream error of the client's
+// making (RFC 9113 §5.4.2). A reset of a stream whose handler runs counts
+// against the reset budget; past it, the connection ends.
 func (sc *Conn) streamError(id uint32, code http2.ErrCode) error {
 	sc.mu.Lock()
+	abusive := false
 	if s := sc.streams[id]; s != nil {
+		abusive = sc.countResetLocked(s)
 		s.abortLocked()
 	} else if id > sc.maxID {
 		sc.maxID = id
 	}
 	sc.mu.Unlock()
-	return sc.writeRST(id, code)
+	if err := sc.writeRST(id, code); err != nil {
+		return err
+	}
+	if abusive {
+		return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+	}
+	return nil
 }
 
 func (sc *Conn) writeRST(id uint32, code http2.ErrCode) error {
@@ -500,8 +565,16 @@ func (sc *Conn) processData(f *http2.DataFrame) error {
 	case s == nil && id > sc.maxID:
 		sc.mu.Unlock()
 		return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
+	case s != nil && s.remoteDone && !s.reset:
+		// DATA after the client ended the stream itself: a stream
+		// error (RFC 9113 §5.1, half-closed (remote)) that no race can
+		// explain, and a way to make baton reset a stream whose request
+		// is under way (MadeYouReset, CVE-2025-8671): the connection
+		// ends (§5.4.1).
+		sc.mu.Unlock()
+		return http2.ConnectionError(http2.ErrCodeStreamClosed)
 	case s == nil || s.remoteDone:
-		code = http2.ErrCodeStreamClosed
+		code = http2.ErrCodeStreamClosed // reset: this DATA crossed the RST_STREAM
 	case length > s.recvWindow:
 		code = http2.ErrCodeFlowControl
 	case s.ContentLength >= 0 && (s.recvTotal+int64(len(data)) > s.ContentLength ||
@@ -513,14 +586,22 @@ func (sc *Conn) processData(f *http2.DataFrame) error {
 	if code != 0 {
 		// Not the stream's: the connection's window is given back.
 		sc.unacked += length
+		abusive := false
 		if s != nil {
+			abusive = sc.countResetLocked(s)
 			s.abortLocked()
 		}
 		sc.mu.Unlock()
 		if err := sc.giveBack(nil); err != nil {
 			return err
 		}
-		return sc.writeRST(id, code)
+		if err := sc.writeRST(id, code); err != nil {
+			return err
+		}
+		if abusive {
+			return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+		}
+		return nil
 	}
 	s.recvWindow -= length
 	s.recvTotal += int64(len(data))
@@ -636,12 +717,20 @@ func (sc *Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	sc.streams[id] = s
 	sc.opened++
 	sc.active++
+	last := sc.opened >= sc.cfg.MaxRequests
 	sc.handlers.Add(1)
 	sc.mu.Unlock()
 	if sc.cfg.Go != nil {
 		sc.cfg.Go(func() { sc.run(s) })
 	} else {
 		go sc.run(s)
+	}
+	if last {
+		// The connection's last stream (nginx's keepalive_requests):
+		// a GOAWAY names it, streams opened after it are not processed
+		// (the client retries them on a new connection), and the
+		// connection ends once its streams are done.
+		sc.finalGoAway()
 	}
 	return nil
 }
