@@ -368,6 +368,47 @@ func TestStderrNobodyReads(t *testing.T) {
 	}
 }
 
+// TestStopWithStderrNobodyReads: with stderr (and the access log on it) a
+// pipe nobody reads and full, SIGTERM still stops baton within stopTimeout:
+// no exit path waits on a log write (issue 20, problem 3: the supervisor
+// sat in a futex until someone read the pipe).
+func TestStopWithStderrNobodyReads(t *testing.T) {
+	be := startBackend(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// Full before baton starts: every log line of baton's waits or drops.
+	fd := int(w.Fd()) // once: Fd makes the file blocking again
+	unix.SetNonblock(fd, true)
+	for {
+		if _, err := unix.Write(fd, make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	unix.SetNonblock(fd, false)
+	cfg := options{workers: 2, reusePort: true, extra: "stopTimeout: 5s\naccessLog: {path: stderr}\n"}.configYAML(be)
+	b := harness.StartWith(t, batonBin, cfg, func(cmd *exec.Cmd) {
+		cmd.Stdout, cmd.Stderr = w, w
+	})
+	w.Close() // baton and its workers hold the only write ends
+	for range 50 {
+		if code := probe(b.Address("web"), "/"); code != 200 {
+			t.Fatalf("request with stderr full: %d", code)
+		}
+	}
+	b.Ctl("reload") // more to log, and a generation draining
+	start := time.Now()
+	b.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.Exited:
+		t.Logf("stopped %s after SIGTERM with stderr full", time.Since(start).Round(time.Millisecond))
+	case <-time.After(5*time.Second + 10*time.Second):
+		t.Fatal("baton still running 10s past stopTimeout with stderr full")
+	}
+}
+
 // TestMaxDrainingUnderAReloadStorm reloads while every generation keeps a
 // long-lived TCP stream: past maxDraining, the oldest draining generation
 // is stopped early and is gone within seconds, with the reason in status

@@ -50,8 +50,13 @@ type accessLog struct {
 	full     chan struct{} // the buffer reached accessFlushAt
 	reopen   chan *os.File // a new file to write to (SIGUSR1)
 	stop     chan struct{}
-	done     sync.WaitGroup
+	done     chan struct{} // closed when run returns
 }
+
+// accessCloseWait bounds close's wait for the last lines to be written: a
+// destination that takes nothing (stderr on a pipe nobody reads) must not
+// hold up the worker's exit.
+const accessCloseWait = time.Second
 
 // newAccessLog starts an access log writing to out.
 func newAccessLog(format string, out *os.File) *accessLog {
@@ -68,8 +73,12 @@ func startAccessLog(format string, out *os.File, linger time.Duration) *accessLo
 		full:     make(chan struct{}, 1),
 		reopen:   make(chan *os.File, 1),
 		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
 	}
-	l.done.Go(func() { l.run(out) })
+	go func() {
+		defer close(l.done)
+		l.run(out)
+	}()
 	return l
 }
 
@@ -189,11 +198,18 @@ func (l *accessLog) setFile(f *os.File) {
 	}
 }
 
-// close writes out what is buffered and stops the writer. Lines logged
-// after close are dropped.
+// close writes out what is buffered and stops the writer, waiting for it
+// at most accessCloseWait: a writer stuck in a write that the destination
+// does not take is left to end with the process. Lines logged after close
+// are dropped.
 func (l *accessLog) close() {
 	close(l.stop)
-	l.done.Wait()
+	t := time.NewTimer(accessCloseWait)
+	defer t.Stop()
+	select {
+	case <-l.done:
+	case <-t.C:
+	}
 }
 
 // stampCache keeps the text of the last second a layout formatted: the

@@ -86,3 +86,31 @@ func TestAccessLogWritesAFullBatchAtOnce(t *testing.T) {
 		t.Errorf("read %d lines, %d dropped", c, l.dropped.Load())
 	}
 }
+
+// TestAccessLogCloseDoesNotWaitOnAFullPipe: with the log on a pipe nobody
+// reads (stderr of a stuck log shipper), close gives up on the last
+// write, so that the worker's exit is not held up by it (issue 20,
+// problem 3).
+func TestAccessLogCloseDoesNotWaitOnAFullPipe(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	l := startAccessLog(config.AccessLogJSON, w, time.Millisecond)
+	e := accessEntry{start: time.Now(), listener: "web", method: []byte("GET"), target: []byte("/" + strings.Repeat("x", 200)), proto: "HTTP/1.1", status: 200, upstream: -1}
+	for range 2000 { // far more than a pipe's 64 KiB
+		l.log(&e)
+	}
+	closed := make(chan struct{})
+	go func() {
+		l.close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("close waited on a pipe nobody reads")
+	}
+}

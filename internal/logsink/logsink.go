@@ -29,13 +29,20 @@ type Sink struct {
 	pending atomic.Int64  // lines queued and not yet written
 	once    sync.Once
 	done    chan struct{} // closed by Close; the writer then ends
-	wg      sync.WaitGroup
+	exited  chan struct{} // closed when the writer has ended
 }
+
+// closeWait bounds Close's wait for the writer to end once the queue is
+// written out (or given up on): a write in progress may never return.
+const closeWait = 100 * time.Millisecond
 
 // New starts a sink writing to out, with a queue of n lines.
 func New(out io.Writer, n int) *Sink {
-	s := &Sink{out: out, lines: make(chan []byte, n), done: make(chan struct{})}
-	s.wg.Go(s.run)
+	s := &Sink{out: out, lines: make(chan []byte, n), done: make(chan struct{}), exited: make(chan struct{})}
+	go func() {
+		defer close(s.exited)
+		s.run()
+	}()
 	return s
 }
 
@@ -71,11 +78,20 @@ func (s *Sink) Sync() error {
 	return nil
 }
 
-// Close writes out what it can within a second, then stops the writer.
+// Close writes out what it can within a second, then stops the writer. It
+// never waits on the destination for longer than that: a writer stuck in
+// a write that the destination does not take (a pipe nobody reads) is
+// left to end with the process, so that an exit is never held up by a
+// log line.
 func (s *Sink) Close() error {
 	s.Sync()
 	s.once.Do(func() { close(s.done) })
-	s.wg.Wait()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-s.exited:
+	case <-t.C:
+	}
 	return nil
 }
 

@@ -55,3 +55,24 @@ func TestWriteNeverBlocksAndCountsDrops(t *testing.T) {
 		t.Fatalf("after the stall the destination got %q; want the drop report, then the lines", got)
 	}
 }
+
+// Close returns although the destination takes nothing (a pipe nobody
+// reads): an exit is never held up by a log write (issue 20, problem 3:
+// SIGTERM waited for someone to read the supervisor's stderr).
+func TestCloseDoesNotWaitOnAStuckDestination(t *testing.T) {
+	out := &stallWriter{release: make(chan struct{})}
+	defer close(out.release)
+	s := New(out, 8)
+	s.Write([]byte("the line in the stuck write\n"))
+	s.Write([]byte("a line still queued\n"))
+	closed := make(chan struct{})
+	go func() {
+		s.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited on a destination that takes nothing")
+	}
+}
