@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -406,6 +407,50 @@ func TestStopWithStderrNobodyReads(t *testing.T) {
 		t.Logf("stopped %s after SIGTERM with stderr full", time.Since(start).Round(time.Millisecond))
 	case <-time.After(5*time.Second + 10*time.Second):
 		t.Fatal("baton still running 10s past stopTimeout with stderr full")
+	}
+}
+
+// TestControlSocketRemoved: a control socket removed under a running
+// baton (a cleanup of /run, its directory gone with it) is made again at
+// the next SIGHUP, and within a few seconds without one; `baton status`
+// answers again (issue 20, problem 4).
+func TestControlSocketRemoved(t *testing.T) {
+	be := startBackend(t)
+	b := startBaton(t, options{}.configYAML(be))
+	if err := os.Remove(b.Socket); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryStatus(); err == nil {
+		t.Fatal("status answered without its socket")
+	}
+	b.Cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, 30*time.Second, "status after SIGHUP", func() bool { _, err := b.TryStatus(); return err == nil })
+	if fi, err := os.Stat(b.Socket); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the control socket made again: %v, mode %v", err, fi.Mode().Perm())
+	}
+
+	// The whole directory, and no signal: the periodic look.
+	if err := os.RemoveAll(filepath.Dir(b.Socket)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "status with no signal", func() bool { _, err := b.TryStatus(); return err == nil })
+	if fi, err := os.Stat(filepath.Dir(b.Socket)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the control socket's directory made again: %v, mode %v", err, fi.Mode().Perm())
+	}
+	// Its lock was made again too: a second supervisor on the same
+	// socket is refused, as at start.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	second := exec.CommandContext(ctx, b.Bin, "run", "--config", b.Config) // killed if it runs
+	out, err := second.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "another baton") {
+		t.Fatalf("a second supervisor on the remade socket: %v\n%s", err, out)
+	}
+	if _, err := b.TryStatus(); err != nil {
+		t.Fatalf("status after the second supervisor was refused: %v", err)
+	}
+	if !strings.Contains(b.Logs.String(), "control socket was removed") {
+		t.Error("no log line says the control socket was made again")
 	}
 }
 

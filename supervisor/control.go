@@ -38,45 +38,139 @@ const (
 // closed) keeps two supervisors starting at once from both replacing a
 // stale socket, and from both adopting its orphans.
 func listenControl(path string) (*net.UnixListener, *os.File, error) {
+	if err := controlDir(path); err != nil {
+		return nil, nil, err
+	}
+	lock, err := lockControl(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := bindControl(path)
+	if err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
+	return ln, lock, nil
+}
+
+// controlDir makes the control socket's directory (0700) when it is
+// missing, and checks it.
+func controlDir(path string) error {
 	dir := filepath.Dir(path)
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, nil, fmt.Errorf("control socket directory: %w", err)
+			return fmt.Errorf("control socket directory: %w", err)
 		}
 	}
-	if err := checkControlDir(dir); err != nil {
-		return nil, nil, err
-	}
+	return checkControlDir(dir)
+}
+
+// lockControl takes the control socket's lock, path.lock.
+func lockControl(path string) (*os.File, error) {
 	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, nil, fmt.Errorf("control socket lock: %w", err)
+		return nil, fmt.Errorf("control socket lock: %w", err)
 	}
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		lock.Close()
-		return nil, nil, fmt.Errorf("control socket %s: another baton holds its lock (%s.lock): %w", path, path, err)
+		return nil, fmt.Errorf("control socket %s: another baton holds its lock (%s.lock): %w", path, path, err)
 	}
-	fail := func(err error) (*net.UnixListener, *os.File, error) {
-		lock.Close()
-		return nil, nil, err
-	}
+	return lock, nil
+}
+
+// bindControl makes the socket at path, 0600 from the start, replacing a
+// stale one; the caller holds the lock.
+func bindControl(path string) (*net.UnixListener, error) {
 	if c, err := net.Dial("unix", path); err == nil {
 		c.Close()
-		return fail(fmt.Errorf("control socket %s: another baton is running", path))
+		return nil, fmt.Errorf("control socket %s: another baton is running", path)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fail(fmt.Errorf("control socket %s: remove stale socket: %w", path, err))
+		return nil, fmt.Errorf("control socket %s: remove stale socket: %w", path, err)
 	}
 	old := unix.Umask(0o177) // the socket is created 0600 from the start
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	unix.Umask(old)
 	if err != nil {
-		return fail(fmt.Errorf("control socket: %w", err))
+		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
-		return fail(fmt.Errorf("control socket: %w", err))
+		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	return ln, lock, nil
+	return ln, nil
+}
+
+// controlCheckEvery is how often the loop looks whether the control socket
+// is still at its path.
+const controlCheckEvery = 5 * time.Second
+
+// checkControl makes the control socket again when its path is gone (a
+// cleanup of /run or /tmp, an operator's rm, its directory removed): until
+// then `baton status` and `baton reload` cannot reach this supervisor,
+// though signals still do. It runs every controlCheckEvery and at every
+// SIGHUP, from the loop. A path that exists is left alone, whatever it is;
+// the directory must pass the same checks as at start, and the lock is
+// taken again when its file went too (a supervisor started meanwhile that
+// holds it owns the path now: this one then stays without one, and says
+// so).
+func (s *Supervisor) checkControl() {
+	st := &s.state
+	if s.ctl == nil || s.ctlPath == "" || st.stopping || st.upgrading || st.upgraded {
+		return
+	}
+	path := s.ctlPath
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		s.ctlLost = ""
+		return
+	}
+	ln, err := s.remakeControl(path)
+	if err != nil {
+		if msg := err.Error(); msg != s.ctlLost {
+			s.ctlLost = msg
+			s.log.Error("control socket removed, and it cannot be made again: baton status and baton reload cannot reach this supervisor (signals still do)", zap.String("path", path), zap.Error(err))
+		}
+		return
+	}
+	s.ctlLost = ""
+	old := s.ctl
+	old.SetUnlinkOnClose(false) // its path is the new socket's
+	old.Close()
+	s.ctl = ln
+	s.owned.Add(1)
+	go s.serveControl(ln)
+	s.log.Warn("control socket was removed: made it again", zap.String("path", path))
+}
+
+// remakeControl makes the control socket at path again, with its lock.
+func (s *Supervisor) remakeControl(path string) (*net.UnixListener, error) {
+	if err := controlDir(path); err != nil {
+		return nil, err
+	}
+	if !sameFile(s.ctlLock, path+".lock") {
+		lock, err := lockControl(path)
+		if err != nil {
+			return nil, err
+		}
+		if s.ctlLock != nil {
+			s.ctlLock.Close()
+		}
+		s.ctlLock = lock
+	}
+	return bindControl(path)
+}
+
+// sameFile reports whether f is open on the file at path.
+func sameFile(f *os.File, path string) bool {
+	if f == nil {
+		return false
+	}
+	a, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	b, err := os.Lstat(path)
+	return err == nil && os.SameFile(a, b)
 }
 
 // checkControlDir refuses a control socket directory that is not a

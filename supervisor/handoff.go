@@ -89,6 +89,7 @@ func (h *handoff) record() Handoff {
 // handleReload starts a reload now, or queues it behind the one running.
 func (s *Supervisor) handleReload(ev reloadEvent) {
 	st := &s.state
+	s.checkControl()
 	if st.stopping || st.upgrading {
 		why := ErrStopping
 		if st.upgrading {

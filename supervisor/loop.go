@@ -43,6 +43,7 @@ type loopState struct {
 	upgrading       bool // an upgrade is starting the next supervisor
 	upgraded        bool // the next supervisor has taken over
 	ready           bool // the first generation was ready (Upgrader told)
+	controlCheckAt  time.Time // look whether the control socket is still there (checkControl)
 }
 
 // Events the loop handles.
@@ -130,14 +131,15 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		close(s.done)
 		return err
 	}
-	s.ctl = ctl
+	s.ctl, s.ctlPath = ctl, cfg.ControlSocket
+	st.controlCheckAt = time.Now().Add(controlCheckEvery)
 	s.owned.Add(1)
 	go s.serveControl(ctl)
 	defer func() {
 		// After an upgrade the next supervisor answers on the same
 		// socket: leave its path in place.
-		ctl.SetUnlinkOnClose(!st.upgraded)
-		ctl.Close()
+		s.ctl.SetUnlinkOnClose(!st.upgraded)
+		s.ctl.Close()
 		s.owned.Wait()
 		if s.ctlLock != nil {
 			s.ctlLock.Close()
@@ -275,6 +277,7 @@ func (s *Supervisor) nextDeadline() time.Time {
 	st := &s.state
 	consider(st.watchdogAt)
 	consider(st.ticketRotateAt)
+	consider(st.controlCheckAt)
 	if st.canary != nil {
 		consider(st.canary.canary.verdictAt)
 	}
@@ -314,6 +317,10 @@ func (s *Supervisor) checkDeadlines(now time.Time) {
 	s.judgeCanary(now)
 	if !st.ticketRotateAt.IsZero() && !now.Before(st.ticketRotateAt) {
 		s.rotateTickets(now)
+	}
+	if !st.controlCheckAt.IsZero() && !now.Before(st.controlCheckAt) {
+		s.checkControl()
+		st.controlCheckAt = now.Add(controlCheckEvery)
 	}
 	if !st.watchdogAt.IsZero() && !now.Before(st.watchdogAt) {
 		s.notify(sdnotify.Watchdog)

@@ -195,8 +195,12 @@ type Supervisor struct {
 	done   chan struct{} // closed when the loop has ended
 	owned  sync.WaitGroup
 
-	ctl     *net.UnixListener // the control socket, set by Run
-	ctlLock *os.File          // its lock, when this process made the socket
+	// The control socket, set by Run, and made again by the loop
+	// (checkControl) when its path is removed.
+	ctl     *net.UnixListener
+	ctlLock *os.File // its lock, when this process made the socket
+	ctlPath string   // where it is
+	ctlLost string   // why it could not be made again, last logged
 
 	// The rest is owned by the loop.
 	state loopState
