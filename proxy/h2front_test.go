@@ -380,3 +380,43 @@ func TestH2ResetAbortsUpstream(t *testing.T) {
 		t.Fatalf("%d upstream connections, want 2 (the reset one not reused)", len(rec.raws))
 	}
 }
+
+// TestH2MalformedBodyNeverCompletesUpstream: a request whose head is valid
+// goes upstream when its header block ends (as an HTTP/1.1 request does
+// when its head is read), before its body; when a later DATA frame shows
+// the message malformed (more or less body than its content-length, RFC
+// 9113 §8.1.1), the stream is reset and the upstream connection closed:
+// the backend sees an incomplete request, never a complete one or a
+// second one, and the connection is never reused.
+func TestH2MalformedBodyNeverCompletesUpstream(t *testing.T) {
+	be := newRecordingBackend(t, func(n int, req *recordedRequest, w io.Writer) { io.WriteString(w, okResponse) })
+	_, web, _ := startProxy(t, webConfig(be.addr()))
+	for i, tc := range []struct {
+		body string
+		end  bool
+	}{
+		{"toolong", true}, // past the length
+		{"ab", true},      // short of it, and ended
+		{"abcdGET /x HTTP/1.1\r\nHost: x\r\n\r\n", true}, // a request hidden past the length
+	} {
+		hc := dialH2(t, web)
+		id := uint32(1)
+		hc.buf.Reset()
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/p"}, {"content-length", "4"}} {
+			hc.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		hc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hc.buf.Bytes(), EndHeaders: true})
+		hc.fr.WriteData(id, tc.end, []byte(tc.body))
+		if r := hc.response(id); r.reset != http2.ErrCodeProtocol {
+			t.Fatalf("case %d: stream %+v, want RST_STREAM PROTOCOL_ERROR", i, r)
+		}
+	}
+	if !be.waitClosed() {
+		t.Fatal("an upstream connection of a malformed request is still open")
+	}
+	for _, r := range be.record().requests {
+		if r.BodyErr == nil {
+			t.Errorf("the backend got a complete request %s with body %q", r.name(), r.Body)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,8 +30,10 @@ func frames(fn func(fr *http2.Framer, block func(...string) []byte)) []byte {
 
 // FuzzConn feeds a connection arbitrary frames after the preface and a
 // SETTINGS frame: whatever comes, the server neither panics nor hangs (it
-// ends once the client has gone, its handlers done), and a handler only
-// ever sees a request that h2.ParseRequest accepts.
+// ends once the client has gone, its handlers done), a handler only ever
+// sees a request that h2.ParseRequest accepts, and however streams are
+// reset no more handlers run at once than MaxStreams, nor more in all than
+// MaxRequests.
 func FuzzConn(f *testing.F) {
 	get := []string{":method", "GET", ":scheme", "http", ":authority", "a", ":path", "/"}
 	post := []string{":method", "POST", ":scheme", "http", ":authority", "a", ":path", "/p", "content-length", "3"}
@@ -60,9 +63,38 @@ func FuzzConn(f *testing.F) {
 			fr.WriteDataPadded(1, false, []byte("abc"), []byte{0, 0})
 			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: b("x-trailer", "1"), EndStream: true, EndHeaders: true})
 		}),
+		// Streams the server resets, each in a way MadeYouReset
+		// (CVE-2025-8671) uses: WINDOW_UPDATE 0, DATA after END_STREAM,
+		// a body past its length, a stream depending on itself, a window
+		// overflow; and the client's own resets (CVE-2023-44487).
+		frames(func(fr *http2.Framer, b func(...string) []byte) {
+			for id := uint32(1); id < 64; id += 2 {
+				switch id % 12 {
+				case 1:
+					fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b(post...), EndHeaders: true})
+					fr.WriteRawFrame(http2.FrameWindowUpdate, 0, id, []byte{0, 0, 0, 0})
+				case 3:
+					fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b(get...), EndStream: true, EndHeaders: true})
+					fr.WriteData(id, false, []byte("x"))
+				case 5:
+					fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b(post...), EndHeaders: true})
+					fr.WriteData(id, true, []byte("abcd"))
+				case 7:
+					fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b(post...), EndHeaders: true})
+					fr.WritePriority(id, http2.PriorityParam{StreamDep: id})
+				case 9:
+					fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b(post...), EndHeaders: true})
+					fr.WriteWindowUpdate(id, 1<<31-1)
+				case 11:
+					fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b(get...), EndStream: true, EndHeaders: true})
+					fr.WriteRSTStream(id, http2.ErrCodeCancel)
+				}
+			}
+		}),
 	} {
 		f.Add(seed)
 	}
+	const maxStreams, maxRequests = 8, 24
 	f.Fuzz(func(t *testing.T, in []byte) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -70,6 +102,7 @@ func FuzzConn(f *testing.F) {
 		}
 		defer ln.Close()
 		done := make(chan struct{})
+		var running, started atomic.Int32
 		go func() {
 			defer close(done)
 			c, err := ln.Accept()
@@ -77,7 +110,17 @@ func FuzzConn(f *testing.F) {
 				return
 			}
 			defer c.Close()
-			NewConn(c, Config{MaxStreams: 8, MaxHeaderListSize: 4096, PrefaceTimeout: 2 * time.Second, IdleTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second}, func(s *Stream) {
+			NewConn(c, Config{MaxStreams: maxStreams, MaxRequests: maxRequests, MaxHeaderListSize: 4096, PrefaceTimeout: 2 * time.Second, HeaderTimeout: 2 * time.Second, IdleTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second}, func(s *Stream) {
+				// However streams are reset, and by whom, no more
+				// requests are under way at once than the client was
+				// allowed, nor more in all than the connection serves.
+				if n := running.Add(1); n > maxStreams {
+					t.Errorf("%d handlers at once, past SETTINGS_MAX_CONCURRENT_STREAMS %d", n, maxStreams)
+				}
+				defer running.Add(-1)
+				if n := started.Add(1); n > maxRequests {
+					t.Errorf("%d requests on one connection, past MaxRequests %d", n, maxRequests)
+				}
 				if !s.TooLarge {
 					fs := []hpack.HeaderField{{Name: ":method", Value: s.Method}}
 					for _, p := range [][2]string{{":scheme", s.Scheme}, {":authority", s.Authority}, {":path", s.Path}} {
