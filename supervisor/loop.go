@@ -40,9 +40,9 @@ type loopState struct {
 	retiredBackends map[string]ipc.BackendCounters
 	retiredSeries   metrics.Set // metric series of the worker processes that exited
 	outcomes        map[Outcome]uint64
-	upgrading       bool // an upgrade is starting the next supervisor
-	upgraded        bool // the next supervisor has taken over
-	ready           bool // the first generation was ready (Upgrader told)
+	upgrading       bool      // an upgrade is starting the next supervisor
+	upgraded        bool      // the next supervisor has taken over
+	ready           bool      // the first generation was ready (Upgrader told)
 	controlCheckAt  time.Time // look whether the control socket is still there (checkControl)
 }
 
