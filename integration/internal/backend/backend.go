@@ -24,6 +24,10 @@ type Server struct {
 	TCPAddr  string
 	// Requests counts the HTTP requests served.
 	Requests atomic.Uint64
+	// InFlight counts the HTTP requests being served (a /sleep/ one ends
+	// early when its client, the proxy, closes the connection), and
+	// MaxInFlight the most there were at once.
+	InFlight, MaxInFlight atomic.Int64
 	// Fail, when set, makes every HTTP request answered 500.
 	Fail atomic.Bool
 
@@ -68,6 +72,10 @@ var okBody = []byte("ok\n")
 // ServeHTTP answers the requests described at Start.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.Requests.Add(1)
+	n := s.InFlight.Add(1)
+	defer s.InFlight.Add(-1)
+	for m := s.MaxInFlight.Load(); n > m && !s.MaxInFlight.CompareAndSwap(m, n); m = s.MaxInFlight.Load() {
+	}
 	w.Header().Set("X-Backend", s.Name)
 	if s.Fail.Load() {
 		http.Error(w, "failing on purpose", http.StatusInternalServerError)
