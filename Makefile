@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build run test testdeps kubebin h2spec vet fmt-check fuzz bench bench-kube image clean
+.PHONY: all build run test testdeps kubebin h2spec vet fmt-check fuzz bench attacks bench-kube image clean
 
 all: build
 
@@ -74,6 +74,12 @@ fuzz:
 # missing); writes docs/benchmarks.md. BENCH_QUICK=1 for a short run.
 bench:
 	./scripts/bench.sh
+
+# The HTTP/2 and slow-client attacks (Rapid Reset, MadeYouReset, clients
+# that hang up, a dripped header block) against baton and nginx; writes
+# their table into docs/security.md.
+attacks:
+	./scripts/attacks.sh
 
 # From an EndpointSlice write to baton's routing, on a real API server,
 # with 10 and 10,000 endpoints (docs/kubernetes.md has the figures).

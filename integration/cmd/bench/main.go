@@ -72,6 +72,7 @@ func main() {
 	speedOnly := flag.Bool("speed-only", false, "measure throughput and latency only (for profiling; the report lacks the rest)")
 	rerender := flag.Bool("report-only", false, "measure nothing: write the report of the raw results in -json anew (after the report's text changed)")
 	phases := flag.String("phases", "speed,tls,rsa,accesslog,targets,timeline", "what to measure: throughput (speed), the TLS rows (tls), full RSA handshakes (rsa), the access log's cost, each target's reloads and memory (targets), baton's handoff timeline")
+	attackOut := flag.String("attacks", "", "run the attack suite instead (make attacks), and write its table into `FILE` (docs/security.md)")
 	flag.Parse()
 	if *rerender {
 		var res Results
@@ -126,6 +127,17 @@ func main() {
 	defer be.Close()
 
 	names := strings.Split(*only, ",")
+	if *attackOut != "" {
+		r.defaults = true
+		if err := r.runAttacks(names, be, *attackOut); err != nil {
+			fatal(err)
+		}
+		for _, e := range r.res.Errors {
+			fmt.Fprintln(os.Stderr, "bench: error:", e)
+		}
+		fmt.Printf("wrote the attack table into %s\n", *attackOut)
+		return
+	}
 	do := map[string]bool{}
 	for _, p := range strings.Split(*phases, ",") {
 		do[p] = true
@@ -215,6 +227,9 @@ type bench struct {
 	res       *Results
 	certs     map[string]tlsFiles // by key type: ecdsa, rsa
 	key       string              // the key type targets serve now
+	// defaults: targets run with their own defaults where the benchmark
+	// tunes them (requests per connection), as for the attack suite.
+	defaults bool
 }
 
 func (b *bench) newTarget(name string, workers int) target {
@@ -223,13 +238,13 @@ func (b *bench) newTarget(name string, workers int) target {
 	files := b.certs[b.key]
 	switch name {
 	case "baton":
-		return &baton{name: name, port: 18000, dir: dir, bin: filepath.Join(b.bin, "baton"), workers: workers, tls: files}
+		return &baton{name: name, port: 18000, dir: dir, bin: filepath.Join(b.bin, "baton"), workers: workers, tls: files, defaults: b.defaults}
 	case "baton-accesslog":
 		return &baton{name: name, port: 16000, dir: dir, bin: filepath.Join(b.bin, "baton"), workers: workers, tls: files, accessLog: true}
 	case "baton-openssl":
 		return &baton{name: name, port: 17000, dir: dir, bin: filepath.Join(b.bin, "baton-openssl"), workers: workers, tls: files}
 	case "nginx":
-		return &nginx{dir: dir, tls: files}
+		return &nginx{dir: dir, tls: files, defaults: b.defaults}
 	case "haproxy":
 		return &haproxy{dir: dir, tls: files}
 	}

@@ -145,6 +145,7 @@ type baton struct {
 	workers   int
 	tls       tlsFiles
 	accessLog bool // log every request (JSON, to a file)
+	defaults  bool // baton's own maxRequestsPerConnection, not nginx's here
 	p         *proc
 }
 
@@ -160,7 +161,7 @@ func (b *baton) Start() error {
 readyTimeout: 10s
 drainTimeout: 30s
 workers: %d
-listeners:
+%slisteners:
   - name: web
     address: %s
     protocol: http
@@ -189,7 +190,7 @@ routes:
     backend: app
   - listener: echo
     backend: echo
-`, b.socket(), b.workers, b.HTTPAddr(), b.TCPAddr(), b.HTTPSAddr(), b.tls.cert, b.tls.key, backendHTTP, backendTCP)
+`, b.socket(), b.workers, b.tuning(), b.HTTPAddr(), b.TCPAddr(), b.HTTPSAddr(), b.tls.cert, b.tls.key, backendHTTP, backendTCP)
 	if b.accessLog {
 		cfg += fmt.Sprintf("accessLog: {path: %q, format: json}\n", filepath.Join(b.dir, "access.log"))
 	}
@@ -215,6 +216,16 @@ routes:
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// tuning is the config's http section: the requests per connection of
+// nginx's config here (keepalive_requests), unless the target runs with
+// its defaults.
+func (b *baton) tuning() string {
+	if b.defaults {
+		return ""
+	}
+	return "http:\n  maxRequestsPerConnection: 100000\n"
 }
 
 func (b *baton) Reload() error { return b.p.cmd.Process.Signal(syscall.SIGHUP) }
@@ -293,6 +304,9 @@ type nginx struct {
 	dir string
 	tls tlsFiles
 	p   *proc
+	// defaults: nginx's own keepalive_requests (1000), not the
+	// benchmark's.
+	defaults bool
 }
 
 func (n *nginx) Name() string      { return "nginx" }
@@ -314,7 +328,7 @@ error_log %[1]s/error.log warn;
 events { worker_connections 16384; }
 http {
     access_log off;
-    keepalive_requests 100000;
+    %[9]s
     client_body_temp_path %[1]s/body;
     proxy_temp_path %[1]s/proxy;
     upstream app { server %[2]s; keepalive 256; }
@@ -337,7 +351,7 @@ http {
 stream {
     server { listen %[4]s; proxy_pass %[5]s; }
 }
-`, n.dir, backendHTTP, n.HTTPAddr(), n.TCPAddr(), backendTCP, n.HTTPSAddr(), n.tls.cert, n.tls.key)
+`, n.dir, backendHTTP, n.HTTPAddr(), n.TCPAddr(), backendTCP, n.HTTPSAddr(), n.tls.cert, n.tls.key, map[bool]string{false: "keepalive_requests 100000;", true: ""}[n.defaults])
 	if err := os.WriteFile(n.conf(), []byte(cfg), 0o644); err != nil {
 		return err
 	}

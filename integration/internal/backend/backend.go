@@ -32,7 +32,7 @@ type Server struct {
 	Fail atomic.Bool
 
 	http  *http.Server
-	hln   net.Listener
+	hln   *pausable
 	tln   net.Listener
 	wg    sync.WaitGroup
 	mu    sync.Mutex // protects conns
@@ -51,9 +51,9 @@ func Start(name, httpAddr, tcpAddr string) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("backend http: %w", err)
 		}
-		s.hln, s.HTTPAddr = ln, ln.Addr().String()
+		s.hln, s.HTTPAddr = newPausable(ln), ln.Addr().String()
 		s.http = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
-		s.wg.Go(func() { s.http.Serve(ln) })
+		s.wg.Go(func() { s.http.Serve(s.hln) })
 	}
 	if tcpAddr != "" {
 		ln, err := net.Listen("tcp", tcpAddr)
@@ -65,6 +65,54 @@ func Start(name, httpAddr, tcpAddr string) (*Server, error) {
 		s.wg.Go(func() { s.acceptTCP(ln) })
 	}
 	return s, nil
+}
+
+// PauseAccept stops (true) or resumes (false) taking HTTP connections: a
+// backend slow to accept, whose connects wait in the kernel's queue and,
+// once it is full, in SYN_SENT.
+func (s *Server) PauseAccept(pause bool) {
+	if s.hln != nil {
+		s.hln.pause(pause)
+	}
+}
+
+// pausable is a listener whose Accept can be held.
+type pausable struct {
+	net.Listener
+	mu     sync.Mutex
+	cond   sync.Cond
+	paused bool
+	closed bool
+}
+
+func newPausable(ln net.Listener) *pausable {
+	p := &pausable{Listener: ln}
+	p.cond.L = &p.mu
+	return p
+}
+
+func (p *pausable) pause(on bool) {
+	p.mu.Lock()
+	p.paused = on
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+func (p *pausable) Accept() (net.Conn, error) {
+	p.mu.Lock()
+	for p.paused && !p.closed {
+		p.cond.Wait()
+	}
+	p.mu.Unlock()
+	return p.Listener.Accept()
+}
+
+func (p *pausable) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	return p.Listener.Close()
 }
 
 var okBody = []byte("ok\n")
