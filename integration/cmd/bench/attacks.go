@@ -129,7 +129,8 @@ func (b *bench) attack(t target, be *backend.Server, at attack) (*attackResult, 
 		return nil, fmt.Errorf("probe: %d", code)
 	}
 	workers := t.PIDs()["worker"]
-	idleFDs, idleRSS, cpu0 := fdsOf(workers), rssOf(workers), cpuOf(workers)
+	idleRSS, idleFDs := sumProc(workers)
+	cpu0 := cpuTicks(workers)
 	reqs0 := be.Requests.Load()
 	be.MaxInFlight.Store(be.InFlight.Load())
 	a := &attackRun{t: t, be: be, ends: map[string]int{}}
@@ -141,11 +142,12 @@ func (b *bench) attack(t target, be *backend.Server, at attack) (*attackResult, 
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if n := int64(fdsOf(workers)); n > peakFDs.Load() {
-				peakFDs.Store(n)
+			rss, fds := sumProc(workers)
+			if int64(fds) > peakFDs.Load() {
+				peakFDs.Store(int64(fds))
 			}
-			if n := rssOf(workers); n > peakRSS.Load() {
-				peakRSS.Store(n)
+			if rss > peakRSS.Load() {
+				peakRSS.Store(rss)
 			}
 			select {
 			case <-tick.C:
@@ -155,17 +157,18 @@ func (b *bench) attack(t target, be *backend.Server, at attack) (*attackResult, 
 		}
 	})
 	at.run(a)
-	cpu := cpuOf(workers) - cpu0
+	cpu := cpuTicks(workers) - cpu0
 	close(stop)
 	sampler.Wait()
 	a.res.Streams = int(a.streams.Load())
 	a.res.Backend = be.Requests.Load() - reqs0
 	a.res.MostAtOnce = be.MaxInFlight.Load()
 	a.res.FDsPeak = max(0, int(peakFDs.Load())-idleFDs)
-	a.res.RSSGrowthMiB = float64(max(0, peakRSS.Load()-idleRSS)) / (1 << 20)
-	a.res.CPUSeconds = cpu.Seconds()
+	a.res.RSSGrowthMiB = float64(max(0, peakRSS.Load()-idleRSS)) / 1024 // KiB
+	a.res.CPUSeconds = float64(cpu) / clockTicks
 	time.Sleep(time.Second)
-	a.res.FDsAfter = max(0, fdsOf(workers)-idleFDs)
+	_, fdsAfter := sumProc(workers)
+	a.res.FDsAfter = max(0, fdsAfter-idleFDs)
 	var ends []string
 	for how, n := range a.ends {
 		ends = append(ends, fmt.Sprintf("%s ×%d", how, n))
@@ -391,48 +394,6 @@ func probeHTTP(addr, path string) int {
 	}
 	code, _ := strconv.Atoi(f[1])
 	return code
-}
-
-func fdsOf(pids []int) int {
-	n := 0
-	for _, pid := range pids {
-		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-		n += len(ents)
-	}
-	return n
-}
-
-// rssOf is the processes' resident memory, in bytes.
-func rssOf(pids []int) int64 {
-	var n int64
-	for _, pid := range pids {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-				kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
-				n += kb << 10
-			}
-		}
-	}
-	return n
-}
-
-// cpuOf is the processes' user and system CPU time.
-func cpuOf(pids []int) time.Duration {
-	var ticks int64
-	for _, pid := range pids {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i >= 0 {
-			f := strings.Fields(s[i+1:])
-			if len(f) > 12 {
-				u, _ := strconv.ParseInt(f[11], 10, 64)
-				k, _ := strconv.ParseInt(f[12], 10, 64)
-				ticks += u + k
-			}
-		}
-	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
 
 // writeAttacks writes the results as a table into path, between the
