@@ -771,17 +771,23 @@ func (sc *Conn) Shutdown() {
 // Close closes the connection at once.
 func (sc *Conn) Close() error { return sc.c.Close() }
 
-// finalGoAway sends the GOAWAY with the last stream served.
+// finalGoAway sends the GOAWAY with the last stream served. The frame is
+// queued under the write lock taken before goAway is set (as in
+// goAwayNow): a stream that ends meanwhile and finds the connection done
+// (maybeFinish) flushes it before closing, instead of closing under it.
 func (sc *Conn) finalGoAway() {
+	sc.lockWrite()
 	sc.mu.Lock()
 	if sc.goAway || sc.closed {
 		sc.mu.Unlock()
+		sc.unlockWrite(false)
 		return
 	}
 	sc.goAway = true
 	last := sc.maxID
 	sc.mu.Unlock()
-	sc.writeFrame(http2.FrameGoAway, 0, 0, goAwayPayload(last, http2.ErrCodeNo), true)
+	sc.frameLocked(http2.FrameGoAway, 0, 0, goAwayPayload(last, http2.ErrCodeNo))
+	sc.unlockWrite(true)
 	sc.maybeFinish()
 }
 
@@ -789,9 +795,11 @@ func (sc *Conn) finalGoAway() {
 // stream, and closes the connection's writing side at once: for an error,
 // or an idle connection.
 func (sc *Conn) goAwayNow(code http2.ErrCode) {
+	sc.lockWrite()
 	sc.mu.Lock()
 	if sc.finishing {
 		sc.mu.Unlock()
+		sc.unlockWrite(false)
 		return
 	}
 	sc.goAway = true
@@ -800,7 +808,8 @@ func (sc *Conn) goAwayNow(code http2.ErrCode) {
 		s.resetLocked()
 	}
 	sc.mu.Unlock()
-	sc.writeFrame(http2.FrameGoAway, 0, 0, goAwayPayload(last, code), true)
+	sc.frameLocked(http2.FrameGoAway, 0, 0, goAwayPayload(last, code))
+	sc.unlockWrite(true)
 	sc.finish()
 }
 
@@ -825,8 +834,19 @@ func (sc *Conn) finish() {
 	}
 	sc.finishing = true
 	sc.mu.Unlock()
+	// Everything written so far goes out before the writing side closes,
+	// even with other writers queued: unlockWrite would leave the flush
+	// to them, and they would find the connection closed, the GOAWAY
+	// that explains it never sent.
 	sc.lockWrite()
-	sc.unlockWrite(true)
+	sc.wantFlush = false
+	if sc.wfail == nil && sc.bw.Buffered() > 0 {
+		sc.extendWriteDeadline()
+		if err := sc.bw.Flush(); err != nil {
+			sc.writeFailed(err)
+		}
+	}
+	sc.wmu.Unlock()
 	if cw, ok := sc.c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	} else {

@@ -195,6 +195,7 @@ func (rc *rawClient) next() http2.Frame {
 		if errors.As(err, &ne) && ne.Timeout() {
 			rc.t.Fatal("no frame within 10s")
 		}
+		rc.t.Logf("the connection ended: %v", err)
 		return nil
 	}
 	return f
