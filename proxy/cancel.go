@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -198,16 +197,8 @@ func peerClosed(c net.Conn) bool {
 		}
 		c = nc.NetConn()
 	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
 	closed := false
-	rc.Control(func(fd uintptr) {
+	withFD(c, func(fd uintptr) {
 		if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
 			closed = info.State != tcpEstablished
 			return

@@ -186,17 +186,21 @@ func (b *backend) handshake(ctx context.Context, c net.Conn, tconf *tls.Config) 
 // valid while c is open, and an upConn is closed only by its owner, which
 // is also the only one to peek at it.
 func peekFD(c net.Conn) int {
+	fd := -1
+	withFD(c, func(f uintptr) { fd = int(f) })
+	return fd
+}
+
+// withFD calls fn with c's socket, when c has one (syscall.Conn) and it is
+// open.
+func withFD(c net.Conn, fn func(fd uintptr)) {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return -1
+		return
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return -1
+	if rc, err := sc.SyscallConn(); err == nil {
+		rc.Control(fn)
 	}
-	fd := -1
-	rc.Control(func(f uintptr) { fd = int(f) })
-	return fd
 }
 
 // alive peeks at an idle connection without blocking: an idle upstream
@@ -226,16 +230,8 @@ func (uc *upConn) alive() bool {
 // pendingInput reports whether a client connection has bytes waiting in the
 // kernel, without reading them or blocking (and regardless of deadlines).
 func pendingInput(c net.Conn) bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
 	pending := false
-	rc.Control(func(fd uintptr) {
+	withFD(c, func(fd uintptr) {
 		// Raw, as sockConn's: a non-blocking peek need not be announced
 		// to the scheduler (it runs at every client connection's close).
 		var b [1]byte
