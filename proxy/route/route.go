@@ -1,0 +1,139 @@
+// Package route is baton's one route model: what a request is matched on
+// (its listener, host, path, method, header fields and query parameters),
+// where it goes (weighted backends) and what bounds its body. baton's own
+// YAML, the Gateway API and Ingress are translators into it; the proxy's
+// request path knows only this package.
+//
+// A Table is compiled once from a list of rules and never changed after:
+// a change of routes compiles a new Table, which the caller swaps in
+// atomically, so matching takes no lock. The order in which a request's
+// candidate rules are tried is the Gateway API's (HTTPRouteRule.Matches,
+// HTTPRouteSpec.Hostnames): the most specific host first, then, among the
+// rules for that host, an Exact path, a longer prefix, a method, more
+// header matches, more query matches, then the older rule.
+package route
+
+import (
+	"regexp"
+	"time"
+)
+
+// Rule is one routing rule: the requests it takes on a listener, and
+// where they go. B is the proxy's backend type.
+type Rule[B any] struct {
+	// Name says where the rule came from (for logs and status):
+	// "routes[3]" in baton's YAML, "httproute ns/name rule 2" for the
+	// Gateway API.
+	Name string
+	// Listener is the listener the rule serves.
+	Listener string
+	// Hostnames are the hosts the rule takes: exact names, or "*.suffix"
+	// for any host under suffix (not suffix itself). None: any host.
+	// They match case-insensitively, without port or trailing dot.
+	Hostnames []string
+	// Matches: the rule takes a request that satisfies any one of them;
+	// none is a PathPrefix match of "/", which takes every request.
+	Matches []Match
+	// Backends are where the requests go, each with its share. A zero
+	// total weight (no backend, or all weighted 0) answers 500, as the
+	// Gateway API asks of a rule whose backends are all invalid; a backend
+	// whose Invalid is set answers 500 for its share.
+	Backends []Backend[B]
+	// MaxBodySize bounds a request body (413 above it); 0: no bound.
+	MaxBodySize int64
+	// BufferRequestBody: request bodies up to this size are read whole
+	// before a backend is chosen; 0: every body streams.
+	BufferRequestBody int64
+	// Order breaks the ties the matches leave: the older rule wins.
+	Order Order
+}
+
+// Backend is one of a rule's backends and its weight.
+type Backend[B any] struct {
+	Target B
+	// Weight is the backend's share, relative to the rule's other
+	// backends; 0 sends it nothing.
+	Weight int
+	// Invalid marks a backend the rule names but that cannot be reached
+	// (an unknown kind, a Service that does not exist): its share of the
+	// requests is answered 500.
+	Invalid bool
+}
+
+// Order is what decides between rules that the matches leave tied, in the
+// Gateway API's order: the oldest route (by creation time), then the route
+// first by "namespace/name", then the first rule of the route, then the
+// first match of the rule. Translators without routes of their own (baton's
+// YAML) leave Created zero and number their rules in Index.
+type Order struct {
+	Created time.Time
+	Route   string // namespace/name
+	Index   int    // the rule's place in its route
+}
+
+// PathType is how a Match compares the request's path.
+type PathType int
+
+// Path match types.
+const (
+	// PathPrefix matches a path whose segments begin with the value's (the
+	// Gateway API's PathPrefix): "/foo" takes "/foo", "/foo/" and
+	// "/foo/bar", not "/foobar". A trailing slash in the value is ignored.
+	PathPrefix PathType = iota
+	// PathExact matches the path exactly.
+	PathExact
+	// PathRegex matches a path that the regular expression (RE2, Go's
+	// regexp) matches as a whole.
+	PathRegex
+	// PathStringPrefix matches a path that begins with the value, byte for
+	// byte: baton's YAML pathPrefix, as nginx's location prefixes.
+	PathStringPrefix
+)
+
+func (t PathType) String() string {
+	switch t {
+	case PathPrefix:
+		return "PathPrefix"
+	case PathExact:
+		return "Exact"
+	case PathRegex:
+		return "RegularExpression"
+	case PathStringPrefix:
+		return "StringPrefix"
+	}
+	return "PathType(?)"
+}
+
+// Match is a set of conditions that must all hold.
+type Match struct {
+	Path PathMatch
+	// Method, when set, is the request's method exactly.
+	Method string
+	// Headers and Query must all match. Names of header fields are
+	// case-insensitive; query parameter names are exact.
+	Headers []ValueMatch
+	Query   []ValueMatch
+}
+
+// PathMatch is a condition on the request's path (normalised, without its
+// query).
+type PathMatch struct {
+	Type  PathType
+	Value string
+}
+
+// ValueMatch is a condition on a header field or a query parameter: its
+// value is Value exactly or, when Regex is set, Value as a regular
+// expression matches all of it.
+type ValueMatch struct {
+	Name  string
+	Value string
+	Regex bool
+}
+
+// compiledValue is a ValueMatch ready for requests.
+type compiledValue struct {
+	name  string // header names lower case
+	value []byte
+	re    *regexp.Regexp
+}
