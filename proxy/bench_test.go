@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -48,7 +49,8 @@ func fixedBackend(tb testing.TB) string {
 // backend on loopback. allocs/op are the proxy's and the clients'.
 func BenchmarkProxyKeepAlive(b *testing.B) {
 	be := fixedBackend(b)
-	_, web, _ := startProxy(b, webConfig(be))
+	// One connection per client for the whole run: no request limit.
+	_, web, _ := startProxy(b, strings.Replace(webConfig(be), "http:\n", "http:\n  maxRequestsPerConnection: 1000000000\n", 1))
 	req := []byte("GET /bench HTTP/1.1\r\nHost: bench.example\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
 	b.ReportAllocs()
 	b.SetParallelism(8)

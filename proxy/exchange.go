@@ -6,6 +6,7 @@ import (
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/proxy/h1"
+	"github.com/baton-proxy/baton/proxy/route"
 )
 
 // requestSender is the client side of a request being proxied, an HTTP/1.1
@@ -15,29 +16,38 @@ type requestSender interface {
 	// sendRequest writes the request's head and body to uc. An error of
 	// the client's side (reading its body, or a body that breaks a rule)
 	// is a *clientError.
-	sendRequest(uc *upConn, rt *route) error
+	sendRequest(uc *upConn, rt *routed) error
 	// upstream is the request's upstream work, which the client's side
 	// aborts when it goes away.
 	upstream() *upstreamWork
 }
 
-// route finds the route and endpoints of a request parsed into req, and
-// prepares the balancer's attempt (sticky cookie, hash header). A status
-// other than 0 is the answer when nothing can serve it: 404 (no route),
-// 413 (a body over the route's limit, known from its length), 503 (the
-// backend has no endpoint).
-func (p *Proxy) route(listener string, req *h1.Request, a *attempt, e *accessEntry) (rt *route, set *endpointSet, status int) {
-	if rt = p.router.matchBytes(listener, req.Authority, req.MatchPath()); rt == nil {
-		return nil, nil, 404
+// route finds the rule of a request parsed into req and picks its backend
+// into rt, then the endpoints, and prepares the balancer's attempt (sticky
+// cookie, hash header). A status other than 0 is the answer when nothing
+// can serve it: 404 (no rule), 500 (the rule's share of a backend that
+// cannot be reached, as the Gateway API asks), 413 (a body over the
+// rule's limit, known from its length), 503 (the backend has no
+// endpoint).
+func (p *Proxy) route(listener string, req *h1.Request, rt *routed, a *attempt, e *accessEntry) (set *endpointSet, status int) {
+	*rt = routed{}
+	r := route.Request{Host: req.Authority, Path: req.MatchPath(), Method: req.Method, Query: req.Query, Fields: req}
+	rule := p.routes.Load().Match(listener, &r)
+	if rule == nil {
+		return nil, 404
 	}
+	b, ok := rule.Pick()
+	if !ok {
+		return nil, 500
+	}
+	*rt = routed{rule: rule, backend: b, maxBody: rule.MaxBodySize, buffer: rule.BufferRequestBody}
 	if rt.maxBody > 0 && req.ContentLength > rt.maxBody {
-		return rt, nil, 413
+		return nil, 413
 	}
-	b := rt.backend
 	b.requests.Add(1)
 	e.backend = b.name
 	if set = b.set.Load(); len(set.active) == 0 {
-		return rt, set, 503
+		return set, 503
 	}
 	switch b.cfg.Balancer {
 	case config.BalancerCookie:
@@ -49,7 +59,7 @@ func (p *Proxy) route(listener string, req *h1.Request, a *attempt, e *accessEnt
 			a.hash, a.hashed = hashBytes(v), true
 		}
 	}
-	return rt, set, 0
+	return set, 0
 }
 
 // exchangeUpstream sends a request of f's with x to an endpoint of rt's
@@ -63,7 +73,7 @@ func (p *Proxy) route(listener string, req *h1.Request, a *attempt, e *accessEnt
 // a *clientError when the client's side failed (nothing to answer but its
 // own error), errClientGone among them: once the client went away, no
 // attempt is made again.
-func exchangeUpstream(f *httpFrontend, x requestSender, rt *route, set *endpointSet, a *attempt, replayable bool, resp *h1.Response) (*upConn, *endpoint, int, error) {
+func exchangeUpstream(f *httpFrontend, x requestSender, rt *routed, set *endpointSet, a *attempt, replayable bool, resp *h1.Response) (*upConn, *endpoint, int, error) {
 	b := rt.backend
 	// Each failure is logged once, with what follows it: another
 	// endpoint, a retry, or the answer. giveUp answers when none is left.
@@ -175,7 +185,7 @@ func reusable(uc *upConn, resp *h1.Response, untilEOF bool) bool {
 // framing of its body: as it came, or the Content-Length of a body read
 // ahead whole; a prefix read ahead of a larger body is written as its
 // first chunk, the rest to follow.
-func writeRequestHead(uc *upConn, rt *route, req *h1.Request, state bodyState, body []byte, fwd *h1.Forwarded) {
+func writeRequestHead(uc *upConn, rt *routed, req *h1.Request, state bodyState, body []byte, fwd *h1.Forwarded) {
 	extendWriteDeadline(uc.c, &uc.wdl, time.Now(), rt.backend.responseTimeout)
 	framing := h1.Framing{Length: req.ContentLength, Chunked: req.Chunked}
 	if state == bodyWhole {

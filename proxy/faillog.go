@@ -25,7 +25,7 @@ type failLog struct {
 // upstreamFailure describes one failed exchange with a backend.
 type upstreamFailure struct {
 	listener string
-	route    *route
+	route    *routed
 	endpoint string // host:port, or empty when none was reached
 	stage    string // connect, request, response
 	action   string // what followed: "retry", "next endpoint", or the status answered
@@ -56,8 +56,8 @@ func (l *failLog) add(f upstreamFailure) {
 		zap.String("action", f.action),
 		zap.Error(f.err),
 	}
-	if f.route.host != "" || f.route.prefix != "" {
-		fields = append(fields, zap.String("route", f.route.host+f.route.prefix))
+	if name := f.route.name(); name != "" {
+		fields = append(fields, zap.String("route", name))
 	}
 	if suppressed > 0 {
 		fields = append(fields, zap.Int("suppressed", suppressed))

@@ -78,6 +78,8 @@ type h1conn struct {
 	// work is the upstream work of the request being served, aborted
 	// when the client closes its connection (Proxy.watchClients).
 	work upstreamWork
+	// rt is where the request being served goes.
+	rt routed
 }
 
 // bodyState says how much of a request's body was read ahead.
@@ -423,7 +425,8 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 	}
 	hc.noteRequest()
 	var a attempt
-	rt, set, status := p.route(hc.f.name, req, &a, &hc.entry)
+	rt := &hc.rt
+	set, status := p.route(hc.f.name, req, rt, &a, &hc.entry)
 	switch status {
 	case 0:
 	case 413:
@@ -562,7 +565,7 @@ func (hc *h1conn) sendContinue() error {
 // for a chunked body that turns out larger, a prefix (bodyPrefix) that
 // sendRequest sends before streaming the rest. A Content-Length body larger
 // than the buffer is streamed from the start.
-func (hc *h1conn) readBodyAhead(rt *route) error {
+func (hc *h1conn) readBodyAhead(rt *routed) error {
 	req := &hc.req
 	if req.ContentLength > rt.buffer {
 		return nil
@@ -607,7 +610,7 @@ func clientSide(err error) error {
 func (hc *h1conn) upstream() *upstreamWork { return &hc.work }
 
 // sendRequest writes the request head and body to uc.
-func (hc *h1conn) sendRequest(uc *upConn, rt *route) error {
+func (hc *h1conn) sendRequest(uc *upConn, rt *routed) error {
 	if !hc.work.using(uc) {
 		return &clientError{errClientGone}
 	}
@@ -643,7 +646,7 @@ func (hc *h1conn) sendRequest(uc *upConn, rt *route) error {
 // forwardResponse writes the response head and body to the client, returns
 // uc to its pool when it can serve again, and reports whether the client
 // connection can.
-func (hc *h1conn) forwardResponse(uc *upConn, rt *route) bool {
+func (hc *h1conn) forwardResponse(uc *upConn, rt *routed) bool {
 	b := rt.backend
 	p := hc.f.p
 	req, resp := &hc.req, &hc.resp
@@ -722,7 +725,7 @@ func (hc *h1conn) forwardResponse(uc *upConn, rt *route) bool {
 
 // upgrade proxies a protocol switch (WebSocket): the request goes on a new
 // upstream connection; on 101 both connections are joined until they end.
-func (hc *h1conn) upgrade(rt *route, set *endpointSet, a *attempt) bool {
+func (hc *h1conn) upgrade(rt *routed, set *endpointSet, a *attempt) bool {
 	b := rt.backend
 	if hc.req.HasBody() {
 		return hc.errorResponse(400, true)
@@ -866,6 +869,7 @@ func (hc *h1conn) errorResponse(status int, closeConn bool) bool {
 }
 
 var statusText = map[int]string{
+	500: "Internal Server Error",
 	400: "Bad Request",
 	404: "Not Found",
 	405: "Method Not Allowed",

@@ -96,6 +96,8 @@ type h2exchange struct {
 	// work is the stream's upstream work, aborted when the stream is
 	// reset or its connection ends.
 	work upstreamWork
+	// rt is where the stream's request goes.
+	rt routed
 }
 
 var h2exchanges = sync.Pool{New: func() any { return &h2exchange{buf: make([]byte, 16<<10)} }}
@@ -159,7 +161,8 @@ func (x *h2exchange) serve() {
 	e.method, e.host, e.target = req.Method, req.Authority, x.logTarget()
 	e.referer, e.userAgent = req.Field("referer"), req.Field("user-agent")
 	var a attempt
-	rt, set, status := p.route(x.cl.f.name, req, &a, e)
+	rt := &x.rt
+	set, status := p.route(x.cl.f.name, req, rt, &a, e)
 	switch status {
 	case 0:
 	case 503:
@@ -295,7 +298,7 @@ func appendH1Head(h []byte, r *h2.Request, body bool) ([]byte, error) {
 
 // readBodyAhead reads the request body into x.body before an upstream is
 // chosen, as h1conn.readBodyAhead does.
-func (x *h2exchange) readBodyAhead(rt *route) error {
+func (x *h2exchange) readBodyAhead(rt *routed) error {
 	if x.req.ContentLength > rt.buffer {
 		return nil
 	}
@@ -416,7 +419,7 @@ var (
 )
 
 // sendRequest writes the request's head and body to uc.
-func (x *h2exchange) sendRequest(uc *upConn, rt *route) error {
+func (x *h2exchange) sendRequest(uc *upConn, rt *routed) error {
 	if !x.work.using(uc) {
 		return &clientError{errClientGone}
 	}
@@ -443,7 +446,7 @@ func (x *h2exchange) sendRequest(uc *upConn, rt *route) error {
 
 // forwardResponse sends the response whose head is in x.resp, and its
 // body, to the client, and returns uc to its pool when it can serve again.
-func (x *h2exchange) forwardResponse(uc *upConn, rt *route) {
+func (x *h2exchange) forwardResponse(uc *upConn, rt *routed) {
 	b := rt.backend
 	s, req, resp := x.s, &x.req, &x.resp
 	if resp.Status == 101 {

@@ -104,13 +104,13 @@ func (f *httpFrontend) forget(hc *h1conn) {
 }
 
 // failed logs an upstream failure once (rate-limited).
-func (f *httpFrontend) failed(rt *route, endpoint, stage, action string, err error) {
+func (f *httpFrontend) failed(rt *routed, endpoint, stage, action string, err error) {
 	f.p.fails.add(upstreamFailure{listener: f.name, route: rt, endpoint: endpoint, stage: stage, action: action, err: err})
 }
 
 // noEndpoint counts and logs a request answered 503: the route stays, its
 // backend has nothing serving right now.
-func (f *httpFrontend) noEndpoint(rt *route) {
+func (f *httpFrontend) noEndpoint(rt *routed) {
 	rt.backend.errors.Add(1)
 	f.failed(rt, "", "connect", "503", errNoEndpoint)
 }

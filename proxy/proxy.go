@@ -22,14 +22,16 @@ import (
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/ipc"
 	"github.com/baton-proxy/baton/proxy/kube"
+	"github.com/baton-proxy/baton/proxy/route"
 	"go.uber.org/zap"
 )
 
 // Proxy is one worker's proxy.
 type Proxy struct {
-	cfg      *config.Config
-	log      *zap.Logger
-	router   *router
+	cfg *config.Config
+	log *zap.Logger
+	// routes are the compiled routes, swapped whole when they change.
+	routes   atomic.Pointer[routeTable]
 	backends map[string]*backend
 	https    []*httpFrontend
 	tcps     []*tcpFrontend
@@ -104,7 +106,12 @@ func New(cfg *config.Config, log *zap.Logger) *Proxy {
 	for _, bc := range cfg.Backends {
 		p.backends[bc.Name] = newBackend(bc, cfg.HTTP.MaxHeaderBytes)
 	}
-	p.router = newRouter(cfg, p.backends)
+	// The config was validated: every rule compiles.
+	table, err := route.Compile(yamlRules(cfg, p.backends))
+	if err != nil {
+		log.Error("routes", zap.Error(err))
+	}
+	p.routes.Store(table)
 	return p
 }
 
@@ -156,8 +163,11 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 			p.https = append(p.https, f)
 			f.serve(lns)
 		case config.ProtocolTCP:
-			rt := p.router.match(lc.Name, "", "")
-			f := newTCPFrontend(lc.Name, p, rt.backend)
+			rule := p.routes.Load().Match(lc.Name, &route.Request{Path: []byte("/")})
+			if rule == nil || len(rule.Backends) == 0 {
+				return fmt.Errorf("listener %q: no route", lc.Name)
+			}
+			f := newTCPFrontend(lc.Name, p, rule.Backends[0].Target)
 			f.tls, f.proxyProtocol = tc, lc.ProxyProtocol
 			p.tcps = append(p.tcps, f)
 			f.serve(lns)

@@ -290,10 +290,25 @@ const (
 
 // Route sends what arrives on Listener for Host under PathPrefix to Backend.
 type Route struct {
-	Listener   string `json:"listener"`
-	Host       string `json:"host,omitempty"`
-	PathPrefix string `json:"pathPrefix,omitempty"`
-	Backend    string `json:"backend"`
+	Listener string `json:"listener"`
+	// Host, or Hostnames: the hosts the route takes (exact, or "*."
+	// and a suffix); none: any.
+	Host      string   `json:"host,omitempty"`
+	Hostnames []string `json:"hostnames,omitempty"`
+	// PathPrefix takes the paths that begin with it, byte for byte (as
+	// nginx's location prefixes); Path matches as the Gateway API does
+	// (PathPrefix by whole segments, Exact, RegularExpression). At most
+	// one of the two; neither: every path.
+	PathPrefix string     `json:"pathPrefix,omitempty"`
+	Path       *PathMatch `json:"path,omitempty"`
+	// Method, Headers and QueryParams narrow the route further: every one
+	// given must match.
+	Method      string       `json:"method,omitempty"`
+	Headers     []ValueMatch `json:"headers,omitempty"`
+	QueryParams []ValueMatch `json:"queryParams,omitempty"`
+	// Backend, or Backends with their weights: where the requests go.
+	Backend  string            `json:"backend,omitempty"`
+	Backends []WeightedBackend `json:"backends,omitempty"`
 	// MaxBodySize bounds a request body on this route (413 above it).
 	// Default: http.maxBodySize.
 	MaxBodySize Size `json:"maxBodySize,omitempty"`
@@ -304,6 +319,37 @@ type Route struct {
 	// maxBodySize to the same size to refuse it instead). 0: stream every
 	// body.
 	BufferRequestBody Size `json:"bufferRequestBody,omitempty"`
+}
+
+// Path match types of Route.Path, the Gateway API's.
+const (
+	PathTypePrefix = "PathPrefix"
+	PathTypeExact  = "Exact"
+	PathTypeRegex  = "RegularExpression"
+)
+
+// PathMatch is a route's condition on the path.
+type PathMatch struct {
+	// Type is PathPrefix (the default), Exact or RegularExpression.
+	Type  string `json:"type,omitempty"`
+	Value string `json:"value"`
+}
+
+// ValueMatch is a condition on a header field or a query parameter.
+type ValueMatch struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+	// Type is Exact (the default) or RegularExpression (RE2, matching
+	// the whole value).
+	Type string `json:"type,omitempty"`
+}
+
+// WeightedBackend is one of a route's backends and its share.
+type WeightedBackend struct {
+	Name string `json:"name"`
+	// Weight is its share, relative to the route's other backends
+	// (default 1); 0 sends it nothing.
+	Weight *int `json:"weight,omitempty"`
 }
 
 // MaxBufferRequestBody bounds a route's bufferRequestBody: each client
@@ -450,7 +496,7 @@ func (c *Config) setDefaults() {
 	}
 	for i := range c.Routes {
 		r := &c.Routes[i]
-		if r.PathPrefix == "" && c.protocolOf(r.Listener) == ProtocolHTTP {
+		if r.PathPrefix == "" && r.Path == nil && c.protocolOf(r.Listener) == ProtocolHTTP {
 			r.PathPrefix = "/"
 		}
 		if r.MaxBodySize == 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -89,7 +90,18 @@ func TestRejects(t *testing.T) {
 		{"empty static", strings.Replace(minimal, `static: ["127.0.0.1:9000"]`, "static: []", 1), "at least one address"},
 		{"bad static", strings.Replace(minimal, `"127.0.0.1:9000"`, `"nohost"`, 1), "want host:port"},
 		{"prefix without slash", strings.Replace(minimal, "backend: app\n", "backend: app\n    pathPrefix: api\n", 1), "must start with /"},
-		{"duplicate route", minimal + "  - listener: web\n    backend: app\n", "same listener, host and pathPrefix"},
+		{"duplicate route", minimal + "  - listener: web\n    backend: app\n", "matches the same requests as routes[0]"},
+		{"path and pathPrefix", minimal + "  - listener: web\n    backend: app\n    pathPrefix: /a\n    path: {value: /a}\n", "pathPrefix and path"},
+		{"bad path type", minimal + "  - listener: web\n    backend: app\n    path: {type: Suffix, value: /a}\n", "path.type must be"},
+		{"bad path regex", minimal + "  - listener: web\n    backend: app\n    path: {type: RegularExpression, value: \"/([\"}\n", "path.value"},
+		{"path not normal", minimal + "  - listener: web\n    backend: app\n    path: {value: /a/../b}\n", "not in normal form"},
+		{"bad header regex", minimal + "  - listener: web\n    backend: app\n    headers: [{name: x, value: \"(\", type: RegularExpression}]\n", "headers[0]: value"},
+		{"bad header name", minimal + "  - listener: web\n    backend: app\n    headers: [{name: \"x y\", value: v}]\n", "not a field name"},
+		{"bad method", minimal + "  - listener: web\n    backend: app\n    method: \"GE T\"\n", "not a token"},
+		{"backend and backends", minimal + "  - listener: web\n    backend: app\n    method: GET\n    backends: [{name: app}]\n", "one or the other"},
+		{"weight too large", minimal + "  - listener: web\n    method: GET\n    backends: [{name: app, weight: 1000001}]\n", "weight must be"},
+		{"backends to nowhere", minimal + "  - listener: web\n    method: GET\n    backends: [{name: app}, {name: nope}]\n", `backends[1]: backend "nope" is not defined`},
+		{"no backend", minimal + "  - listener: web\n    method: GET\n", "no backend"},
 		{"relative control socket", minimal + "controlSocket: run/ctl.sock\n", "absolute"},
 		{"bad trusted proxy", minimal + "trustedProxies: [10.0.0.0/8, proxy.example]\n", `"proxy.example" is not a CIDR`},
 		{"grace over drain", minimal + "drainTimeout: 1s\nhttp:\n  drainIdleGrace: 2s\n", "shorter than drainTimeout"},
@@ -144,7 +156,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.DrainTimeout != c.DrainTimeout || d.Routes[0] != c.Routes[0] || d.ControlSocket != c.ControlSocket {
+	if d.DrainTimeout != c.DrainTimeout || !reflect.DeepEqual(d.Routes, c.Routes) || d.ControlSocket != c.ControlSocket {
 		t.Errorf("round trip %+v != %+v", d, c)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -189,8 +191,7 @@ func (c *Config) validate(offline bool) error {
 		bad("backends name Kubernetes Services, but there is no way to reach an API server: not in a pod, no $KUBECONFIG, no ~/.kube/config; set kubernetes.kubeconfig (or baton check --offline to lint it elsewhere)")
 	}
 
-	type routeKey struct{ listener, host, prefix string }
-	seen := make(map[routeKey]int)
+	seen := make(map[string]int)
 	routed := make(map[string]int)
 	for i, r := range c.Routes {
 		where := fmt.Sprintf("routes[%d]", i)
@@ -201,34 +202,41 @@ func (c *Config) validate(offline bool) error {
 			routed[r.Listener]++
 			switch l.Protocol {
 			case ProtocolTCP:
-				if r.Host != "" || r.PathPrefix != "" || r.BufferRequestBody != 0 {
-					bad("%s: listener %q is tcp: host, pathPrefix and bufferRequestBody do not apply", where, r.Listener)
+				if r.Host != "" || len(r.Hostnames) > 0 || r.PathPrefix != "" || r.Path != nil || r.Method != "" || len(r.Headers) > 0 || len(r.QueryParams) > 0 || r.BufferRequestBody != 0 {
+					bad("%s: listener %q is tcp: host, hostnames, pathPrefix, path, method, headers, queryParams and bufferRequestBody do not apply", where, r.Listener)
 				}
 				if routed[r.Listener] > 1 {
 					bad("%s: listener %q is tcp and already has a route", where, r.Listener)
 				}
 			case ProtocolHTTP:
-				if !strings.HasPrefix(r.PathPrefix, "/") {
-					bad("%s: pathPrefix must start with /, not %q", where, r.PathPrefix)
-				} else if n, err := h1.NormalizePath(nil, []byte(r.PathPrefix)); err != nil || string(n) != r.PathPrefix {
-					// Requests are matched in normalised form: a prefix
-					// in any other form would never match.
-					bad("%s: pathPrefix %q is not in normal form (write %q: no dot-segments, unreserved characters unescaped, hex in upper case)", where, r.PathPrefix, n)
-				}
+				checkRouteMatch(where, &r, bad)
 				if r.BufferRequestBody > MaxBufferRequestBody {
 					bad("%s: bufferRequestBody must be at most %s, not %s", where, Size(MaxBufferRequestBody), r.BufferRequestBody)
 				}
-				if err := checkHost(r.Host); err != nil {
-					bad("%s: host %q: %v", where, r.Host, err)
-				}
 			}
 		}
-		if backends[r.Backend] == nil {
+		switch {
+		case r.Backend != "" && len(r.Backends) > 0:
+			bad("%s: backend and backends: name one or the other", where)
+		case r.Backend == "" && len(r.Backends) == 0:
+			bad("%s: no backend", where)
+		case r.Backend != "" && backends[r.Backend] == nil:
 			bad("%s: backend %q is not defined", where, r.Backend)
 		}
-		k := routeKey{r.Listener, strings.ToLower(r.Host), r.PathPrefix}
+		for j, b := range r.Backends {
+			if backends[b.Name] == nil {
+				bad("%s.backends[%d]: backend %q is not defined", where, j, b.Name)
+			}
+			if b.Weight != nil && (*b.Weight < 0 || *b.Weight > MaxWeight) {
+				bad("%s.backends[%d]: weight must be from 0 to %d, not %d", where, j, MaxWeight, *b.Weight)
+			}
+		}
+		if len(r.Backends) > 1 && l != nil && l.Protocol == ProtocolTCP {
+			bad("%s: listener %q is tcp: one backend", where, r.Listener)
+		}
+		k := r.matchKey()
 		if j, dup := seen[k]; dup {
-			bad("%s: same listener, host and pathPrefix as routes[%d]", where, j)
+			bad("%s: matches the same requests as routes[%d] (same listener, hosts, path and conditions)", where, j)
 		}
 		seen[k] = i
 	}
@@ -321,6 +329,92 @@ func checkPort(port string) error {
 		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
 	}
 	return nil
+}
+
+// MaxWeight is the largest weight of a route's backend (the Gateway API's
+// bound).
+const MaxWeight = 1000000
+
+// checkRouteMatch checks what an http route matches on.
+func checkRouteMatch(where string, r *Route, bad func(string, ...any)) {
+	if err := checkHost(r.Host); err != nil {
+		bad("%s: host %q: %v", where, r.Host, err)
+	}
+	for j, h := range r.Hostnames {
+		if err := checkHost(h); err != nil || h == "" {
+			bad("%s.hostnames[%d]: %q: want a host name without port, optionally starting with *.", where, j, h)
+		}
+	}
+	checkPath := func(key, p string) {
+		if !strings.HasPrefix(p, "/") {
+			bad("%s: %s must start with /, not %q", where, key, p)
+		} else if n, err := h1.NormalizePath(nil, []byte(p)); err != nil || string(n) != p {
+			// Requests are matched in normalised form: a path in any
+			// other form would never match.
+			bad("%s: %s %q is not in normal form (write %q: no dot-segments, unreserved characters unescaped, hex in upper case)", where, key, p, n)
+		}
+	}
+	switch {
+	case r.PathPrefix != "" && r.Path != nil:
+		bad("%s: pathPrefix and path: give one or the other", where)
+	case r.Path != nil:
+		switch r.Path.Type {
+		case "", PathTypePrefix, PathTypeExact:
+			checkPath("path.value", r.Path.Value)
+		case PathTypeRegex:
+			if _, err := regexp.Compile(r.Path.Value); err != nil {
+				bad("%s: path.value %q: %v", where, r.Path.Value, err)
+			}
+		default:
+			bad("%s: path.type must be PathPrefix, Exact or RegularExpression, not %q", where, r.Path.Type)
+		}
+	case r.PathPrefix != "":
+		checkPath("pathPrefix", r.PathPrefix)
+	}
+	if r.Method != "" && !isToken(r.Method) {
+		bad("%s: method %q is not a token", where, r.Method)
+	}
+	for key, vs := range map[string][]ValueMatch{"headers": r.Headers, "queryParams": r.QueryParams} {
+		for j, v := range vs {
+			if v.Name == "" || key == "headers" && !isToken(v.Name) {
+				bad("%s.%s[%d]: name %q is not a field name", where, key, j, v.Name)
+			}
+			switch v.Type {
+			case "", "Exact":
+			case PathTypeRegex:
+				if _, err := regexp.Compile(v.Value); err != nil {
+					bad("%s.%s[%d]: value %q: %v", where, key, j, v.Value, err)
+				}
+			default:
+				bad("%s.%s[%d]: type must be Exact or RegularExpression, not %q", where, key, j, v.Type)
+			}
+		}
+	}
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110 §5.6.2).
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// matchKey is what two routes that match the same requests share.
+func (r *Route) matchKey() string {
+	hosts := append([]string{strings.ToLower(r.Host)}, r.Hostnames...)
+	for i := range hosts {
+		hosts[i] = strings.ToLower(hosts[i])
+	}
+	slices.Sort(hosts)
+	p := PathMatch{Value: r.PathPrefix, Type: "byte prefix"}
+	if r.Path != nil {
+		p = *r.Path
+	}
+	return fmt.Sprintf("%s|%q|%q|%s|%q|%q", r.Listener, hosts, p, r.Method, r.Headers, r.QueryParams)
 }
 
 // checkHost accepts "", a host name, or a wildcard "*.example.com".

@@ -244,6 +244,22 @@ func TestPick(t *testing.T) {
 	}
 }
 
+// BenchmarkMatchOne is the common case: one rule (a YAML route, pathPrefix
+// /, no host) per listener.
+func BenchmarkMatchOne(b *testing.B) {
+	r := rule("root", nil, Match{Path: PathMatch{Type: PathStringPrefix, Value: "/"}})
+	tb, _ := Compile([]Rule[string]{r})
+	rq := req("GET", "bench.example/bench")
+	b.ReportAllocs()
+	for b.Loop() {
+		if c := tb.Match("web", rq); c == nil {
+			b.Fatal("no match")
+		} else if _, ok := c.Pick(); !ok {
+			b.Fatal("no backend")
+		}
+	}
+}
+
 func BenchmarkMatch(b *testing.B) {
 	var rules []Rule[string]
 	for i := range 100 {

@@ -243,9 +243,9 @@ func (b *bench) newTarget(name string, workers int) target {
 		return &baton{name: name, port: 16000, dir: dir, bin: filepath.Join(b.bin, "baton"), workers: workers, tls: files, accessLog: true}
 	case "baton-before":
 		// An A/B of a change: bin/baton-before built from the commit
-		// before it (-targets baton,baton-before), with no tuning that
-		// binary may not know.
-		return &baton{name: name, port: 15000, dir: dir, bin: filepath.Join(b.bin, "baton-before"), workers: workers, tls: files, defaults: true}
+		// before it (-targets baton,baton-before); one that knows
+		// http.maxRequestsPerConnection (2826eed and after).
+		return &baton{name: name, port: 15000, dir: dir, bin: filepath.Join(b.bin, "baton-before"), workers: workers, tls: files, defaults: b.defaults}
 	case "baton-openssl":
 		return &baton{name: name, port: 17000, dir: dir, bin: filepath.Join(b.bin, "baton-openssl"), workers: workers, tls: files}
 	case "nginx":

@@ -1,0 +1,96 @@
+package proxy
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/proxy/route"
+)
+
+// routeTable is the proxy's compiled routes, whose backends are its own.
+type routeTable = route.Table[*backend]
+
+// routed is where one request goes: the rule that took it and the backend
+// picked for it (of the rule's, by weight), with the rule's body limits.
+// A connection keeps one and fills it per request.
+type routed struct {
+	rule    *route.Compiled[*backend]
+	backend *backend
+	maxBody int64 // request body limit; 0: none
+	buffer  int64 // request bodies up to this size are read ahead
+}
+
+// name is the rule's name, for logs.
+func (rt *routed) name() string {
+	if rt.rule == nil {
+		return ""
+	}
+	return rt.rule.Name
+}
+
+// yamlRules translates the config's routes (baton's own YAML) into the
+// route model: one rule a route, named for its place in the file.
+func yamlRules(cfg *config.Config, backends map[string]*backend) []route.Rule[*backend] {
+	rules := make([]route.Rule[*backend], 0, len(cfg.Routes))
+	for i, rc := range cfg.Routes {
+		r := route.Rule[*backend]{
+			Name:              yamlRouteName(i, &rc),
+			Listener:          rc.Listener,
+			Hostnames:         rc.Hostnames,
+			MaxBodySize:       int64(rc.MaxBodySize),
+			BufferRequestBody: int64(rc.BufferRequestBody),
+			Order:             route.Order{Index: i},
+		}
+		if rc.Host != "" {
+			r.Hostnames = append([]string{rc.Host}, rc.Hostnames...)
+		}
+		m := route.Match{Method: rc.Method, Path: route.PathMatch{Type: route.PathStringPrefix, Value: rc.PathPrefix}}
+		switch {
+		case rc.Path != nil:
+			m.Path.Value = rc.Path.Value
+			switch rc.Path.Type {
+			case config.PathTypeExact:
+				m.Path.Type = route.PathExact
+			case config.PathTypeRegex:
+				m.Path.Type = route.PathRegex
+			default:
+				m.Path.Type = route.PathPrefix
+			}
+		case rc.PathPrefix == "":
+			m.Path.Value = "/" // a tcp listener's route: any
+		}
+		m.Headers, m.Query = valueMatches(rc.Headers), valueMatches(rc.QueryParams)
+		r.Matches = []route.Match{m}
+		if rc.Backend != "" {
+			r.Backends = []route.Backend[*backend]{{Target: backends[rc.Backend], Weight: 1}}
+		}
+		for _, wb := range rc.Backends {
+			w := 1
+			if wb.Weight != nil {
+				w = *wb.Weight
+			}
+			r.Backends = append(r.Backends, route.Backend[*backend]{Target: backends[wb.Name], Weight: w})
+		}
+		rules = append(rules, r)
+	}
+	return rules
+}
+
+// yamlRouteName names routes[i] for logs: its place, and what it takes.
+func yamlRouteName(i int, rc *config.Route) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "routes[%d]", i)
+	if rc.Host != "" || rc.PathPrefix != "" && rc.PathPrefix != "/" {
+		fmt.Fprintf(&b, " %s%s", rc.Host, rc.PathPrefix)
+	}
+	return b.String()
+}
+
+func valueMatches(vs []config.ValueMatch) []route.ValueMatch {
+	var out []route.ValueMatch
+	for _, v := range vs {
+		out = append(out, route.ValueMatch{Name: v.Name, Value: v.Value, Regex: v.Type == config.PathTypeRegex})
+	}
+	return out
+}
