@@ -25,22 +25,27 @@ type requestSender interface {
 // route finds the rule of a request parsed into req and picks its backend
 // into rt, then the endpoints, and prepares the balancer's attempt (sticky
 // cookie, hash header). A status other than 0 is the answer when nothing
-// can serve it: 404 (no rule), 500 (the rule's share of a backend that
+// can serve it: routeRedirect (the rule redirects: rt's location), 404
+// (no rule), 500 (the rule's share of a backend that
 // cannot be reached, as the Gateway API asks), 413 (a body over the
 // rule's limit, known from its length), 503 (the backend has no
 // endpoint).
 func (p *Proxy) route(listener string, req *h1.Request, rt *routed, a *attempt, e *accessEntry) (set *endpointSet, status int) {
-	*rt = routed{}
+	*rt = routed{path: rt.path}
 	r := route.Request{Host: req.Authority, Path: req.MatchPath(), Method: req.Method, Query: req.Query, Fields: req}
-	rule := p.routes.Load().Match(listener, &r)
+	rule, matched := p.routes.Load().Match(listener, &r)
 	if rule == nil {
 		return nil, 404
+	}
+	rt.rule, rt.matched = rule, matched
+	if rule.Filters.Redirect != nil {
+		return nil, routeRedirect
 	}
 	b, ok := rule.Pick()
 	if !ok {
 		return nil, 500
 	}
-	*rt = routed{rule: rule, backend: b, maxBody: rule.MaxBodySize, buffer: rule.BufferRequestBody}
+	rt.backend, rt.maxBody, rt.buffer = b, rule.MaxBodySize, rule.BufferRequestBody
 	if rt.maxBody > 0 && req.ContentLength > rt.maxBody {
 		return nil, 413
 	}
@@ -191,6 +196,7 @@ func writeRequestHead(uc *upConn, rt *routed, req *h1.Request, state bodyState, 
 	if state == bodyWhole {
 		framing = h1.Framing{Length: int64(len(body))}
 	}
+	rt.forwarded(fwd, req)
 	req.WriteHead(uc.bw, framing, fwd)
 	switch state {
 	case bodyWhole:

@@ -429,6 +429,8 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 	set, status := p.route(hc.f.name, req, rt, &a, &hc.entry)
 	switch status {
 	case 0:
+	case routeRedirect:
+		return hc.redirect(rt)
 	case 413:
 		return hc.errorResponse(413, true) // before 100 Continue: the body never comes
 	case 503:
@@ -657,6 +659,9 @@ func (hc *h1conn) forwardResponse(uc *upConn, rt *routed) bool {
 	hc.closeAsked = req.Close && !req.HasBody()
 
 	out := h1.ResponseOut{Body: h1.Framing{Length: resp.ContentLength, Chunked: resp.Chunked}, Extra: hc.extra}
+	if e := rt.rule.ResponseEdit; e != nil {
+		out.Edit = e
+	}
 	switch {
 	case noBody && (string(req.Method) == "HEAD" || resp.Status == 304):
 		// The length a GET would have had, as the backend said it.
@@ -869,6 +874,11 @@ func (hc *h1conn) errorResponse(status int, closeConn bool) bool {
 }
 
 var statusText = map[int]string{
+	301: "Moved Permanently",
+	302: "Found",
+	303: "See Other",
+	307: "Temporary Redirect",
+	308: "Permanent Redirect",
 	500: "Internal Server Error",
 	400: "Bad Request",
 	404: "Not Found",
@@ -881,6 +891,46 @@ var statusText = map[int]string{
 	503: "Service Unavailable",
 	504: "Gateway Timeout",
 	505: "HTTP Version Not Supported",
+}
+
+// redirect answers a request whose rule redirects it (the Gateway API's
+// RequestRedirect filter), without a body; the connection goes on unless
+// a body of the request's is left unread.
+func (hc *h1conn) redirect(rt *routed) bool {
+	scheme := "http"
+	if hc.tls != nil {
+		scheme = "https"
+	}
+	status := rt.rule.Filters.Redirect.Status()
+	hc.entry.status = status
+	closeConn := hc.req.HasBody() || hc.req.Close || hc.f.p.draining.Load() || hc.lastRequest()
+	w := hc.bw
+	extendWriteDeadline(hc.c, &hc.wdl, time.Now(), clientWriteTimeout)
+	w.WriteString("HTTP/1.1 ")
+	w.WriteString(strconv.Itoa(status))
+	w.WriteByte(' ')
+	w.WriteString(statusText[status])
+	w.WriteString("\r\nLocation: ")
+	hc.extra = rt.location(hc.extra[:0], &hc.req, scheme, localPort(hc.c))
+	w.Write(hc.extra)
+	w.WriteString("\r\nContent-Length: 0\r\n")
+	if closeConn {
+		w.WriteString("Connection: close\r\n")
+	}
+	w.WriteString("\r\n")
+	if err := w.Flush(); err != nil {
+		return false
+	}
+	return !closeConn
+}
+
+// localPort is the port c was accepted on (the listener's), 0 when it has
+// none.
+func localPort(c net.Conn) int {
+	if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
+		return a.Port
+	}
+	return 0
 }
 
 // headError answers a request head that could not be read, where an answer

@@ -24,6 +24,7 @@ type h2client struct {
 	client  []byte // the client's address, for X-Forwarded-For
 	trusted bool
 	proto   string // "https" over TLS, else "http"
+	port    int    // the port the connection was accepted on
 	// For the access log.
 	tlsVersion, sni string
 }
@@ -33,7 +34,7 @@ type h2client struct {
 // it with GOAWAY (see httpFrontend.drain).
 func (hc *h1conn) serveH2(c net.Conn) {
 	f := hc.f
-	cl := &h2client{f: f, client: append([]byte(nil), hc.client...), trusted: hc.trusted, proto: "http"}
+	cl := &h2client{f: f, client: append([]byte(nil), hc.client...), trusted: hc.trusted, proto: "http", port: localPort(c)}
 	if hc.tls != nil {
 		cs := hc.tls.ConnectionState()
 		cl.proto, cl.tlsVersion, cl.sni = "https", tlsVersionName(cs.Version), cs.ServerName
@@ -165,6 +166,9 @@ func (x *h2exchange) serve() {
 	set, status := p.route(x.cl.f.name, req, rt, &a, e)
 	switch status {
 	case 0:
+	case routeRedirect:
+		x.redirect(rt)
+		return
 	case 503:
 		x.cl.f.noEndpoint(rt)
 		fallthrough
@@ -459,8 +463,14 @@ func (x *h2exchange) forwardResponse(uc *upConn, rt *routed) {
 	noBody := resp.NoBody(req.Method)
 	untilEOF := !noBody && !resp.Chunked && resp.ContentLength < 0
 	hb := s.StartResponse(resp.Status)
+	edit := rt.rule.ResponseEdit
 	for i := range resp.Fields {
-		if f := &resp.Fields[i]; !f.Dropped() {
+		if f := &resp.Fields[i]; !f.Dropped() && (edit == nil || !edit.Drops(f.Name)) {
+			hb.Add(f.Name, f.Value)
+		}
+	}
+	if edit != nil {
+		for _, f := range edit.Pairs() {
 			hb.Add(f.Name, f.Value)
 		}
 	}
@@ -509,6 +519,19 @@ func (x *h2exchange) forwardResponse(uc *upConn, rt *routed) {
 		x.cl.f.p.stats.errors.Add(1)
 	}
 }
+
+// redirect answers a stream whose rule redirects it, as h1conn's.
+func (x *h2exchange) redirect(rt *routed) {
+	status := rt.rule.Filters.Redirect.Status()
+	x.entry.status = status
+	hb := x.s.StartResponse(status)
+	x.num = rt.location(x.num[:0], &x.req, x.cl.proto, x.cl.port)
+	hb.AddString("location", x.num)
+	hb.AddString("content-length", zero)
+	x.s.SendHeaders(true)
+}
+
+var zero = []byte("0")
 
 // errorResponse answers with a short error of baton's own, as h1conn's.
 func (x *h2exchange) errorResponse(status int) {

@@ -163,7 +163,7 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 			p.https = append(p.https, f)
 			f.serve(lns)
 		case config.ProtocolTCP:
-			rule := p.routes.Load().Match(lc.Name, &route.Request{Path: []byte("/")})
+			rule, _ := p.routes.Load().Match(lc.Name, &route.Request{Path: []byte("/")})
 			if rule == nil || len(rule.Backends) == 0 {
 				return fmt.Errorf("listener %q: no route", lc.Name)
 			}

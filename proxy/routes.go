@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/proxy/h1"
 	"github.com/baton-proxy/baton/proxy/route"
 )
 
@@ -16,9 +17,47 @@ type routeTable = route.Table[*backend]
 // A connection keeps one and fills it per request.
 type routed struct {
 	rule    *route.Compiled[*backend]
+	matched *route.PathMatch // the match that took the request
 	backend *backend
 	maxBody int64 // request body limit; 0: none
 	buffer  int64 // request bodies up to this size are read ahead
+	// path is the path the request goes upstream with, when the rule
+	// rewrites it (a buffer kept from one request to the next).
+	path []byte
+}
+
+// routeRedirect is the status route gives a request its rule redirects.
+const routeRedirect = -1
+
+// forwarded adds what the rule changes on the way upstream to fwd: its
+// header filter, the rewritten path and host. req is the request.
+func (rt *routed) forwarded(fwd *h1.Forwarded, req *h1.Request) {
+	rule := rt.rule
+	if rule == nil {
+		return
+	}
+	if rule.RequestEdit != nil {
+		fwd.Edit = rule.RequestEdit
+	}
+	if rw := rule.Filters.Rewrite; rw != nil {
+		if rw.Path != nil {
+			rt.path = route.ModifyPath(rt.path[:0], rw.Path, rt.matched.Value, req.Path)
+			fwd.Path = rt.path
+		}
+		fwd.Authority = rule.RewriteHost
+	}
+}
+
+// location appends the Location of the redirect of rt's rule for req, a
+// request that came over scheme on a listener's port.
+func (rt *routed) location(dst []byte, req *h1.Request, scheme string, port int) []byte {
+	r := rt.rule.Filters.Redirect
+	path := req.Path
+	if r.Path != nil {
+		rt.path = route.ModifyPath(rt.path[:0], r.Path, rt.matched.Value, req.Path)
+		path = rt.path
+	}
+	return r.Location(dst, scheme, req.Authority, port, path, req.Query)
 }
 
 // name is the rule's name, for logs.
@@ -65,6 +104,16 @@ func yamlRules(cfg *config.Config, backends map[string]*backend) []route.Rule[*b
 		if rc.Backend != "" {
 			r.Backends = []route.Backend[*backend]{{Target: backends[rc.Backend], Weight: 1}}
 		}
+		r.Filters = route.Filters[*backend]{
+			RequestHeaders:  headerModifier(rc.RequestHeaders),
+			ResponseHeaders: headerModifier(rc.ResponseHeaders),
+		}
+		if rd := rc.Redirect; rd != nil {
+			r.Filters.Redirect = &route.Redirect{Scheme: rd.Scheme, Hostname: rd.Hostname, Port: rd.Port, StatusCode: rd.StatusCode, Path: pathModifier(rd.Path)}
+		}
+		if rw := rc.Rewrite; rw != nil {
+			r.Filters.Rewrite = &route.Rewrite{Hostname: rw.Hostname, Path: pathModifier(rw.Path)}
+		}
 		for _, wb := range rc.Backends {
 			w := 1
 			if wb.Weight != nil {
@@ -85,6 +134,30 @@ func yamlRouteName(i int, rc *config.Route) string {
 		fmt.Fprintf(&b, " %s%s", rc.Host, rc.PathPrefix)
 	}
 	return b.String()
+}
+
+func headerModifier(f *config.HeaderFilter) *route.HeaderModifier {
+	if f == nil {
+		return nil
+	}
+	m := &route.HeaderModifier{Remove: f.Remove}
+	for _, h := range f.Set {
+		m.Set = append(m.Set, route.Header{Name: h.Name, Value: h.Value})
+	}
+	for _, h := range f.Add {
+		m.Add = append(m.Add, route.Header{Name: h.Name, Value: h.Value})
+	}
+	return m
+}
+
+func pathModifier(m *config.PathModifier) *route.PathModifier {
+	switch {
+	case m == nil:
+		return nil
+	case m.ReplacePrefixMatch != nil:
+		return &route.PathModifier{ReplacePrefix: true, Value: *m.ReplacePrefixMatch}
+	}
+	return &route.PathModifier{Value: *m.ReplaceFullPath}
 }
 
 func valueMatches(vs []config.ValueMatch) []route.ValueMatch {

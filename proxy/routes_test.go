@@ -1,15 +1,20 @@
 package proxy
 
 import (
+	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/proxy/h1"
 	"github.com/baton-proxy/baton/proxy/route"
+	"golang.org/x/net/http2"
 )
 
 // matchYAML compiles cfg's routes as the proxy does and matches a GET of
@@ -21,7 +26,7 @@ func matchYAML(t *testing.T, table *routeTable, listener, host, path string) str
 		t.Fatal(err)
 	}
 	r := route.Request{Host: req.Authority, Path: req.MatchPath(), Method: req.Method, Query: req.Query, Fields: &req}
-	rule := table.Match(listener, &r)
+	rule, _ := table.Match(listener, &r)
 	if rule == nil {
 		return ""
 	}
@@ -145,5 +150,107 @@ routes:
 	}
 	if n["c"] > 0 || n["a"] < 60 || n["a"] > 140 || n["b"] < 260 {
 		t.Errorf("400 requests split %v, want about 100 a, 300 b, no c", n)
+	}
+}
+
+// The Gateway API's filters in baton's YAML, through the real proxy over
+// HTTP/1.1 and HTTP/2: header fields set, added and removed both ways; a
+// redirect (scheme, host, port and path by the spec's rules); a URL
+// rewrite of host and path (prefix by segments, or byte prefix).
+func TestYAMLFilters(t *testing.T) {
+	var got struct {
+		sync.Mutex
+		host, path string
+		hdr        http.Header
+	}
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Lock()
+		got.host, got.path, got.hdr = r.Host, r.URL.RequestURI(), r.Header.Clone()
+		got.Unlock()
+		w.Header().Set("X-Internal", "secret")
+		w.Header().Set("X-Keep", "1")
+		io.WriteString(w, "ok")
+	}))
+	defer be.Close()
+	_, web, _ := startProxy(t, fmt.Sprintf(`
+controlSocket: /tmp/unused.sock
+listeners:
+  - name: web
+    address: @WEB@
+backends:
+  - {name: app, static: [%q]}
+routes:
+  - listener: web
+    pathPrefix: /h
+    backend: app
+    requestHeaders: {set: [{name: X-Set, value: "new"}], add: [{name: X-Add, value: "a"}], remove: [X-Gone]}
+    responseHeaders: {set: [{name: X-Served-By, value: baton}], remove: [X-Internal]}
+  - {listener: web, path: {value: /old}, redirect: {path: {replacePrefixMatch: /new}, statusCode: 301}}
+  - {listener: web, path: {value: /secure}, redirect: {scheme: https, hostname: secure.example}}
+  - {listener: web, path: {value: /port}, redirect: {port: 9090}}
+  - {listener: web, path: {value: /v1}, backend: app, rewrite: {hostname: internal.example, path: {replacePrefixMatch: /api/v2}}}
+  - {listener: web, pathPrefix: /legacy, backend: app, rewrite: {path: {replacePrefixMatch: /modern}}}
+  - {listener: web, path: {value: /full}, backend: app, rewrite: {path: {replaceFullPath: /replaced}}}
+`, hostOf(be)))
+	_, port, _ := net.SplitHostPort(web)
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	clients := map[string]*http.Client{
+		"HTTP/1.1": {CheckRedirect: noRedirect},
+		"HTTP/2": {CheckRedirect: noRedirect, Transport: &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}}},
+	}
+	for proto, c := range clients {
+		do := func(path string, hdr ...string) *http.Response {
+			t.Helper()
+			req, _ := http.NewRequest("GET", "http://"+web+path, nil)
+			req.Host = "shop.example:" + port
+			for i := 0; i+1 < len(hdr); i += 2 {
+				req.Header.Set(hdr[i], hdr[i+1])
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp
+		}
+		resp := do("/h/x", "X-Set", "old", "X-Gone", "1", "X-Other", "o")
+		got.Lock()
+		if got.hdr.Get("X-Set") != "new" || got.hdr.Values("X-Set")[0] != "new" || len(got.hdr.Values("X-Set")) != 1 || got.hdr.Get("X-Add") != "a" || got.hdr.Get("X-Gone") != "" || got.hdr.Get("X-Other") != "o" {
+			t.Errorf("%s: the backend got %v", proto, got.hdr)
+		}
+		got.Unlock()
+		if resp.Header.Get("X-Internal") != "" || resp.Header.Get("X-Served-By") != "baton" || resp.Header.Get("X-Keep") != "1" {
+			t.Errorf("%s: the client got %v", proto, resp.Header)
+		}
+		for _, tc := range []struct {
+			path   string
+			status int
+			loc    string
+		}{
+			{"/old/a?q=1", 301, "http://shop.example:" + port + "/new/a?q=1"},
+			{"/secure/x", 302, "https://secure.example/secure/x"},
+			{"/port", 302, "http://shop.example:9090/port"},
+		} {
+			if r := do(tc.path); r.StatusCode != tc.status || r.Header.Get("Location") != tc.loc {
+				t.Errorf("%s: %s: %d %q, want %d %q", proto, tc.path, r.StatusCode, r.Header.Get("Location"), tc.status, tc.loc)
+			}
+		}
+		for _, tc := range []struct{ path, host, upstream string }{
+			{"/v1/users?id=7", "internal.example", "/api/v2/users?id=7"},
+			{"/v1", "internal.example", "/api/v2"},
+			{"/legacyx/y", "shop.example:" + port, "/modernx/y"}, // a byte prefix replaces bytes, as nginx's proxy_pass
+			{"/full/a/b", "shop.example:" + port, "/replaced"},
+		} {
+			do(tc.path)
+			got.Lock()
+			if got.host != tc.host || got.path != tc.upstream {
+				t.Errorf("%s: %s went up as %s %s, want %s %s", proto, tc.path, got.host, got.path, tc.host, tc.upstream)
+			}
+			got.Unlock()
+		}
 	}
 }

@@ -306,9 +306,18 @@ type Route struct {
 	Method      string       `json:"method,omitempty"`
 	Headers     []ValueMatch `json:"headers,omitempty"`
 	QueryParams []ValueMatch `json:"queryParams,omitempty"`
-	// Backend, or Backends with their weights: where the requests go.
+	// Backend, or Backends with their weights: where the requests go
+	// (none with Redirect).
 	Backend  string            `json:"backend,omitempty"`
 	Backends []WeightedBackend `json:"backends,omitempty"`
+	// RequestHeaders and ResponseHeaders change the header fields on the
+	// way up and back; Redirect answers with a redirect instead; Rewrite
+	// changes the host and path sent upstream (the Gateway API's
+	// filters).
+	RequestHeaders  *HeaderFilter `json:"requestHeaders,omitempty"`
+	ResponseHeaders *HeaderFilter `json:"responseHeaders,omitempty"`
+	Redirect        *Redirect     `json:"redirect,omitempty"`
+	Rewrite         *Rewrite      `json:"rewrite,omitempty"`
 	// MaxBodySize bounds a request body on this route (413 above it).
 	// Default: http.maxBodySize.
 	MaxBodySize Size `json:"maxBodySize,omitempty"`
@@ -342,6 +351,45 @@ type ValueMatch struct {
 	// Type is Exact (the default) or RegularExpression (RE2, matching
 	// the whole value).
 	Type string `json:"type,omitempty"`
+}
+
+// HeaderFilter sets, adds and removes header fields: the fields set or
+// removed are dropped, then set and add are written.
+type HeaderFilter struct {
+	Set    []Header `json:"set,omitempty"`
+	Add    []Header `json:"add,omitempty"`
+	Remove []string `json:"remove,omitempty"`
+}
+
+// Header is a header field a filter writes.
+type Header struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Redirect is where a route redirects: what it leaves empty is the
+// request's own (the port: the scheme's well-known one when the scheme
+// changes, else the listener's).
+type Redirect struct {
+	Scheme     string        `json:"scheme,omitempty"`
+	Hostname   string        `json:"hostname,omitempty"`
+	Port       int           `json:"port,omitempty"`
+	Path       *PathModifier `json:"path,omitempty"`
+	StatusCode int           `json:"statusCode,omitempty"` // 301, 302 (default), 303, 307 or 308
+}
+
+// Rewrite is the host and path a request goes upstream with.
+type Rewrite struct {
+	Hostname string        `json:"hostname,omitempty"`
+	Path     *PathModifier `json:"path,omitempty"`
+}
+
+// PathModifier replaces a path: all of it, or the prefix the route
+// matched (by whole segments for a path of type PathPrefix, byte for byte
+// for a pathPrefix, as nginx's proxy_pass with a URI). One of the two.
+type PathModifier struct {
+	ReplaceFullPath    *string `json:"replaceFullPath,omitempty"`
+	ReplacePrefixMatch *string `json:"replacePrefixMatch,omitempty"`
 }
 
 // WeightedBackend is one of a route's backends and its share.

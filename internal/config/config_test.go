@@ -102,6 +102,14 @@ func TestRejects(t *testing.T) {
 		{"weight too large", minimal + "  - listener: web\n    method: GET\n    backends: [{name: app, weight: 1000001}]\n", "weight must be"},
 		{"backends to nowhere", minimal + "  - listener: web\n    method: GET\n    backends: [{name: app}, {name: nope}]\n", `backends[1]: backend "nope" is not defined`},
 		{"no backend", minimal + "  - listener: web\n    method: GET\n", "no backend"},
+		{"redirect with backend", minimal + "  - listener: web\n    method: GET\n    backend: app\n    redirect: {scheme: https}\n", "redirects sends nowhere"},
+		{"redirect and rewrite", minimal + "  - listener: web\n    method: GET\n    redirect: {scheme: https}\n    rewrite: {hostname: b}\n", "one or the other"},
+		{"bad redirect scheme", minimal + "  - listener: web\n    method: GET\n    redirect: {scheme: ftp}\n", "redirect.scheme"},
+		{"bad redirect status", minimal + "  - listener: web\n    method: GET\n    redirect: {statusCode: 200}\n", "redirect.statusCode"},
+		{"two path modifiers", minimal + "  - listener: web\n    method: GET\n    backend: app\n    rewrite: {path: {replaceFullPath: /a, replacePrefixMatch: /b}}\n", "one of replaceFullPath"},
+		{"prefix modifier without prefix", minimal + "  - listener: web\n    backend: app\n    path: {type: Exact, value: /a}\n    rewrite: {path: {replacePrefixMatch: /b}}\n", "needs a prefix"},
+		{"filter on framing", minimal + "  - listener: web\n    method: GET\n    backend: app\n    requestHeaders: {set: [{name: Content-Length, value: \"0\"}]}\n", "baton's to write"},
+		{"filter on xff", minimal + "  - listener: web\n    method: GET\n    backend: app\n    responseHeaders: {remove: [X-Forwarded-For]}\n", "baton's to write"},
 		{"relative control socket", minimal + "controlSocket: run/ctl.sock\n", "absolute"},
 		{"bad trusted proxy", minimal + "trustedProxies: [10.0.0.0/8, proxy.example]\n", `"proxy.example" is not a CIDR`},
 		{"grace over drain", minimal + "drainTimeout: 1s\nhttp:\n  drainIdleGrace: 2s\n", "shorter than drainTimeout"},
@@ -138,7 +146,7 @@ routes:
 	if _, err := Parse([]byte(base + "  - listener: db\n    backend: pg\n")); err == nil || !strings.Contains(err.Error(), "tcp and already has a route") {
 		t.Errorf("second tcp route: %v", err)
 	}
-	if _, err := Parse([]byte(strings.Replace(base, "backend: pg\n", "backend: pg\n    pathPrefix: /x\n", 1))); err == nil || !strings.Contains(err.Error(), "do not apply") {
+	if _, err := Parse([]byte(strings.Replace(base, "backend: pg\n", "backend: pg\n    pathPrefix: /x\n", 1))); err == nil || !strings.Contains(err.Error(), "only backend applies") {
 		t.Errorf("tcp route with a path: %v", err)
 	}
 }

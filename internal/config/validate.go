@@ -202,20 +202,25 @@ func (c *Config) validate(offline bool) error {
 			routed[r.Listener]++
 			switch l.Protocol {
 			case ProtocolTCP:
-				if r.Host != "" || len(r.Hostnames) > 0 || r.PathPrefix != "" || r.Path != nil || r.Method != "" || len(r.Headers) > 0 || len(r.QueryParams) > 0 || r.BufferRequestBody != 0 {
-					bad("%s: listener %q is tcp: host, hostnames, pathPrefix, path, method, headers, queryParams and bufferRequestBody do not apply", where, r.Listener)
+				if r.Host != "" || len(r.Hostnames) > 0 || r.PathPrefix != "" || r.Path != nil || r.Method != "" || len(r.Headers) > 0 || len(r.QueryParams) > 0 || r.BufferRequestBody != 0 ||
+					r.RequestHeaders != nil || r.ResponseHeaders != nil || r.Redirect != nil || r.Rewrite != nil {
+					bad("%s: listener %q is tcp: only backend applies (no host, path, matches, bufferRequestBody or filters)", where, r.Listener)
 				}
 				if routed[r.Listener] > 1 {
 					bad("%s: listener %q is tcp and already has a route", where, r.Listener)
 				}
 			case ProtocolHTTP:
 				checkRouteMatch(where, &r, bad)
+				checkRouteFilters(where, &r, bad)
 				if r.BufferRequestBody > MaxBufferRequestBody {
 					bad("%s: bufferRequestBody must be at most %s, not %s", where, Size(MaxBufferRequestBody), r.BufferRequestBody)
 				}
 			}
 		}
 		switch {
+		case r.Redirect != nil && (r.Backend != "" || len(r.Backends) > 0):
+			bad("%s: a route that redirects sends nowhere: no backend", where)
+		case r.Redirect != nil:
 		case r.Backend != "" && len(r.Backends) > 0:
 			bad("%s: backend and backends: name one or the other", where)
 		case r.Backend == "" && len(r.Backends) == 0:
@@ -389,6 +394,94 @@ func checkRouteMatch(where string, r *Route, bad func(string, ...any)) {
 				bad("%s.%s[%d]: type must be Exact or RegularExpression, not %q", where, key, j, v.Type)
 			}
 		}
+	}
+}
+
+// reservedFields are the header fields a filter may not write or remove:
+// those that frame a message or its connection, Host (rewrite.hostname
+// changes it), and baton's own X-Forwarded-* (trustedProxies decides
+// those).
+var reservedFields = map[string]bool{
+	"host": true, "content-length": true, "transfer-encoding": true, "connection": true, "upgrade": true,
+	"keep-alive": true, "proxy-connection": true, "te": true, "trailer": true,
+	"x-forwarded-for": true, "x-forwarded-proto": true, "x-forwarded-host": true,
+}
+
+// checkRouteFilters checks a route's filters.
+func checkRouteFilters(where string, r *Route, bad func(string, ...any)) {
+	for key, f := range map[string]*HeaderFilter{"requestHeaders": r.RequestHeaders, "responseHeaders": r.ResponseHeaders} {
+		if f == nil {
+			continue
+		}
+		names := append([]string(nil), f.Remove...)
+		for _, h := range append(append([]Header(nil), f.Set...), f.Add...) {
+			names = append(names, h.Name)
+			if strings.ContainsAny(h.Value, "\r\n\x00") || h.Value != strings.TrimSpace(h.Value) {
+				bad("%s.%s: the value of %q has a control character or surrounding space", where, key, h.Name)
+			}
+		}
+		for _, n := range names {
+			switch {
+			case !isToken(n):
+				bad("%s.%s: %q is not a field name", where, key, n)
+			case reservedFields[strings.ToLower(n)]:
+				bad("%s.%s: %q is baton's to write (framing, Host, X-Forwarded-*): a filter cannot change it", where, key, n)
+			}
+		}
+	}
+	if r.Redirect != nil && r.Rewrite != nil {
+		bad("%s: redirect and rewrite: a route does one or the other", where)
+	}
+	prefixMatch := r.PathPrefix != "" || r.Path != nil && (r.Path.Type == "" || r.Path.Type == PathTypePrefix)
+	checkModifier := func(key string, m *PathModifier) {
+		if m == nil {
+			return
+		}
+		switch {
+		case (m.ReplaceFullPath == nil) == (m.ReplacePrefixMatch == nil):
+			bad("%s.%s: one of replaceFullPath and replacePrefixMatch", where, key)
+		case m.ReplaceFullPath != nil:
+			if p := *m.ReplaceFullPath; !strings.HasPrefix(p, "/") {
+				bad("%s.%s.replaceFullPath must start with /, not %q", where, key, p)
+			} else if n, err := h1.NormalizePath(nil, []byte(p)); err != nil || string(n) != p {
+				bad("%s.%s.replaceFullPath %q is not in normal form (write %q)", where, key, p, n)
+			}
+		default:
+			p := *m.ReplacePrefixMatch
+			if !prefixMatch {
+				bad("%s.%s.replacePrefixMatch needs a prefix to replace: a pathPrefix, or a path of type PathPrefix", where, key)
+			}
+			if p != "" {
+				if !strings.HasPrefix(p, "/") {
+					bad("%s.%s.replacePrefixMatch must start with /, not %q", where, key, p)
+				} else if n, err := h1.NormalizePath(nil, []byte(p)); err != nil || string(n) != p {
+					bad("%s.%s.replacePrefixMatch %q is not in normal form (write %q)", where, key, p, n)
+				}
+			}
+		}
+	}
+	if rd := r.Redirect; rd != nil {
+		if rd.Scheme != "" && rd.Scheme != "http" && rd.Scheme != "https" {
+			bad("%s.redirect.scheme must be http or https, not %q", where, rd.Scheme)
+		}
+		if err := checkHost(rd.Hostname); err != nil || strings.HasPrefix(rd.Hostname, "*") {
+			bad("%s.redirect.hostname %q: want a host name without port", where, rd.Hostname)
+		}
+		if rd.Port < 0 || rd.Port > 65535 {
+			bad("%s.redirect.port must be from 1 to 65535, not %d", where, rd.Port)
+		}
+		switch rd.StatusCode {
+		case 0, 301, 302, 303, 307, 308:
+		default:
+			bad("%s.redirect.statusCode must be 301, 302, 303, 307 or 308, not %d", where, rd.StatusCode)
+		}
+		checkModifier("redirect.path", rd.Path)
+	}
+	if rw := r.Rewrite; rw != nil {
+		if err := checkHost(rw.Hostname); err != nil || strings.HasPrefix(rw.Hostname, "*") {
+			bad("%s.rewrite.hostname %q: want a host name without port", where, rw.Hostname)
+		}
+		checkModifier("rewrite.path", rw.Path)
 	}
 }
 

@@ -28,6 +28,22 @@ type Forwarded struct {
 	// X-Forwarded-Proto and -Host are passed on. From anyone else, they
 	// are replaced.
 	Trusted bool
+	// Edit, when set, changes the request's fields on the way (a route's
+	// header filter). It cannot touch what frames the message, Host or
+	// the protocol switch: those are written after it decides.
+	Edit FieldEdit
+	// Path and Authority, when set, replace the request's path and Host
+	// (a route's URL rewrite); X-Forwarded-Host keeps the client's.
+	Path, Authority []byte
+}
+
+// FieldEdit changes the fields a head goes out with: it drops the fields
+// it names, and writes its own after the others.
+type FieldEdit interface {
+	// Drops reports whether a field named name is left out.
+	Drops(name []byte) bool
+	// Lines are the fields to write, each "Name: value\r\n".
+	Lines() []byte
 }
 
 // WriteHead writes the head of r as baton forwards it: the request line
@@ -40,12 +56,19 @@ type Forwarded struct {
 func (r *Request) WriteHead(w *bufio.Writer, body Framing, fwd *Forwarded) {
 	w.Write(r.Method)
 	w.WriteByte(' ')
-	w.Write(r.Path)
+	if fwd.Path != nil {
+		w.Write(fwd.Path)
+	} else {
+		w.Write(r.Path)
+	}
 	w.Write(r.Query)
 	w.WriteString(" HTTP/1.1\r\nHost: ")
-	if len(r.Authority) > 0 {
+	switch {
+	case fwd.Authority != nil:
+		w.Write(fwd.Authority)
+	case len(r.Authority) > 0:
 		w.Write(r.Authority)
-	} else {
+	default:
 		w.WriteString(fwd.Host)
 	}
 	w.Write(crlf)
@@ -56,9 +79,13 @@ func (r *Request) WriteHead(w *bufio.Writer, body Framing, fwd *Forwarded) {
 		case f.drop:
 		case len(f.Name) == 15 && EqualFold(f.Name, "x-forwarded-for"):
 			xff = true
+		case fwd.Edit != nil && fwd.Edit.Drops(f.Name):
 		default:
 			writeField(w, f)
 		}
+	}
+	if fwd.Edit != nil {
+		w.Write(fwd.Edit.Lines())
 	}
 	w.WriteString("X-Forwarded-For: ")
 	if xff && fwd.Trusted {
@@ -105,6 +132,9 @@ type ResponseOut struct {
 	Connection string
 	// Extra holds header lines of the proxy's own, each ending in CRLF.
 	Extra []byte
+	// Edit, when set, changes the response's fields (a route's header
+	// filter); framing and Connection are written after it decides.
+	Edit FieldEdit
 }
 
 // WriteHead writes the head of r for the client: an HTTP/1.1 status line,
@@ -119,9 +149,12 @@ func (r *Response) WriteHead(w *bufio.Writer, out *ResponseOut) {
 	upgrade := out.Connection == "Upgrade"
 	for i := range r.Fields {
 		f := &r.Fields[i]
-		if !f.drop || (upgrade && EqualFold(f.Name, "upgrade")) {
+		if (!f.drop || (upgrade && EqualFold(f.Name, "upgrade"))) && (out.Edit == nil || !out.Edit.Drops(f.Name)) {
 			writeField(w, f)
 		}
+	}
+	if out.Edit != nil {
+		w.Write(out.Edit.Lines())
 	}
 	writeFraming(w, out.Body)
 	w.Write(out.Extra)

@@ -44,6 +44,9 @@ type Rule[B any] struct {
 	// BufferRequestBody: request bodies up to this size are read whole
 	// before a backend is chosen; 0: every body streams.
 	BufferRequestBody int64
+	// Filters change requests and responses; Timeouts bound them.
+	Filters  Filters[B]
+	Timeouts Timeouts
 	// Order breaks the ties the matches leave: the older rule wins.
 	Order Order
 }
@@ -136,4 +139,74 @@ type compiledValue struct {
 	name  string // header names lower case
 	value []byte
 	re    *regexp.Regexp
+}
+
+// Filters are what a rule does to the requests it takes and their
+// responses, the Gateway API's HTTPRouteFilter kinds. At most one of
+// Redirect and Rewrite acts on the URL.
+type Filters[B any] struct {
+	// RequestHeaders and ResponseHeaders change the header fields of the
+	// request on its way upstream, and of the response on its way back.
+	RequestHeaders, ResponseHeaders *HeaderModifier
+	// Redirect answers the request with a redirect instead of sending it
+	// anywhere.
+	Redirect *Redirect
+	// Rewrite changes the host and path the request goes upstream with.
+	Rewrite *Rewrite
+	// Mirrors get a copy of each request (their answers are dropped).
+	Mirrors []Mirror[B]
+}
+
+// HeaderModifier sets, adds and removes header fields (HTTPHeaderFilter):
+// the fields named by Set or Remove are dropped, then Set and Add are
+// written. Names are case-insensitive.
+type HeaderModifier struct {
+	Set, Add []Header
+	Remove   []string
+}
+
+// Header is a header field to write.
+type Header struct{ Name, Value string }
+
+// Redirect is a redirect's target (HTTPRequestRedirectFilter): each part
+// that is empty (0 for the port) is the request's own, the port derived
+// as the Gateway API says (the scheme's well-known port when the scheme
+// changes, else the listener's; 80 for http and 443 for https are left
+// out of Location).
+type Redirect struct {
+	Scheme, Hostname string
+	Port             int
+	Path             *PathModifier
+	// StatusCode is 301, 302, 303, 307 or 308 (default 302).
+	StatusCode int
+}
+
+// Rewrite is the host and path a request goes upstream with
+// (HTTPURLRewriteFilter): an empty Hostname keeps the request's.
+type Rewrite struct {
+	Hostname string
+	Path     *PathModifier
+}
+
+// PathModifier replaces a request's path: all of it, or the prefix the
+// rule matched (ReplacePrefixMatch, which needs a PathPrefix match).
+type PathModifier struct {
+	// ReplacePrefix: replace the matched prefix, else the full path.
+	ReplacePrefix bool
+	Value         string
+}
+
+// Mirror is a backend that gets a copy of a rule's requests.
+type Mirror[B any] struct {
+	Target B
+	// Percent of the requests mirrored (1 to 100; 0 is 100).
+	Percent int
+}
+
+// Timeouts bound a rule's requests (HTTPRouteTimeouts): Request the whole
+// exchange, from the request's start to its response's end; BackendRequest
+// each attempt upstream, to the response's head. 0: the backend's own
+// bounds only.
+type Timeouts struct {
+	Request, BackendRequest time.Duration
 }

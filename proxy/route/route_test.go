@@ -47,7 +47,7 @@ func compile(t *testing.T, rules ...Rule[string]) *Table[string] {
 }
 
 func matched(tb *Table[string], r *Request) string {
-	c := tb.Match("web", r)
+	c, _ := tb.Match("web", r)
 	if c == nil {
 		return "404"
 	}
@@ -169,8 +169,8 @@ func TestPathTypes(t *testing.T) {
 		{PathMatch{PathStringPrefix, "/foo"}, "/foobar", true},
 	} {
 		tb := compile(t, rule("r", nil, Match{Path: tc.m}))
-		if got := tb.Match("web", req("GET", "a"+tc.path)) != nil; got != tc.want {
-			t.Errorf("%s %q on %q: %v, want %v", tc.m.Type, tc.m.Value, tc.path, got, tc.want)
+		if c, _ := tb.Match("web", req("GET", "a"+tc.path)); (c != nil) != tc.want {
+			t.Errorf("%s %q on %q: %v, want %v", tc.m.Type, tc.m.Value, tc.path, c != nil, tc.want)
 		}
 	}
 }
@@ -206,8 +206,8 @@ func TestValueMatches(t *testing.T) {
 		{req("GET", "a/?name=ab", "x-version", "v1"), false},
 		{req("GET", "a/?name=a+b%2Fc"), false},
 	} {
-		if got := tb.Match("web", tc.r) != nil; got != tc.want {
-			t.Errorf("%s?%s %v: %v, want %v", tc.r.Path, tc.r.Query, tc.r.Fields, got, tc.want)
+		if c, _ := tb.Match("web", tc.r); (c != nil) != tc.want {
+			t.Errorf("%s?%s %v: %v, want %v", tc.r.Path, tc.r.Query, tc.r.Fields, c != nil, tc.want)
 		}
 	}
 }
@@ -219,7 +219,7 @@ func TestPick(t *testing.T) {
 	r := rule("w", nil)
 	r.Backends = []Backend[string]{{Target: "a", Weight: 1}, {Target: "b", Weight: 3}, {Target: "none", Weight: 0}, {Target: "gone", Weight: 1, Invalid: true}}
 	tb := compile(t, r)
-	c := tb.Match("web", req("GET", "a/"))
+	c, _ := tb.Match("web", req("GET", "a/"))
 	n := map[string]int{}
 	const picks = 50000
 	for range picks {
@@ -239,7 +239,9 @@ func TestPick(t *testing.T) {
 	}
 	z := rule("zero", nil)
 	z.Backends = []Backend[string]{{Target: "a", Weight: 0}}
-	if _, ok := compile(t, z).Match("web", req("GET", "a/")).Pick(); ok {
+	if c, _ := compile(t, z).Match("web", req("GET", "a/")); c == nil {
+		t.Error("no match")
+	} else if _, ok := c.Pick(); ok {
 		t.Error("a rule of weight 0 picked a backend")
 	}
 }
@@ -252,7 +254,7 @@ func BenchmarkMatchOne(b *testing.B) {
 	rq := req("GET", "bench.example/bench")
 	b.ReportAllocs()
 	for b.Loop() {
-		if c := tb.Match("web", rq); c == nil {
+		if c, _ := tb.Match("web", rq); c == nil {
 			b.Fatal("no match")
 		} else if _, ok := c.Pick(); !ok {
 			b.Fatal("no backend")
@@ -272,7 +274,7 @@ func BenchmarkMatch(b *testing.B) {
 			r := req("GET", "app.example.com"+path)
 			b.ReportAllocs()
 			for b.Loop() {
-				if tb.Match("web", r) == nil {
+				if c, _ := tb.Match("web", r); c == nil {
 					b.Fatal("no match")
 				}
 			}

@@ -127,8 +127,14 @@ type entry[B any] struct {
 // Compiled is a rule ready for requests: what Match returns.
 type Compiled[B any] struct {
 	Rule[B]
-	total    int   // the backends' total weight
-	cumulate []int // running sums of the weights
+	// RequestEdit and ResponseEdit are the header filters, compiled; nil
+	// when the rule has none.
+	RequestEdit, ResponseEdit *HeaderEdit
+	// RewriteHost is the URL rewrite's host, nil when it keeps the
+	// request's.
+	RewriteHost []byte
+	total       int   // the backends' total weight
+	cumulate    []int // running sums of the weights
 }
 
 // Compile compiles rules into a Table. A rule that cannot be compiled (a
@@ -217,7 +223,10 @@ func copyEntries[B any](es []*entry[B]) []*entry[B] {
 
 // compileRule compiles one rule and its matches.
 func compileRule[B any](r *Rule[B]) (*Compiled[B], []*entry[B], error) {
-	c := &Compiled[B]{Rule: *r}
+	c := &Compiled[B]{Rule: *r, RequestEdit: newHeaderEdit(r.Filters.RequestHeaders), ResponseEdit: newHeaderEdit(r.Filters.ResponseHeaders)}
+	if rw := r.Filters.Rewrite; rw != nil && rw.Hostname != "" {
+		c.RewriteHost = []byte(rw.Hostname)
+	}
 	for _, b := range r.Backends {
 		c.total += max(b.Weight, 0)
 		c.cumulate = append(c.cumulate, c.total)
@@ -359,11 +368,12 @@ type Fields interface {
 }
 
 // Match returns the rule that takes req on listener, or nil when none
-// does (a 404).
-func (t *Table[B]) Match(listener string, req *Request) *Compiled[B] {
+// does (a 404), and the path match that took it (for a filter that
+// replaces the matched prefix).
+func (t *Table[B]) Match(listener string, req *Request) (*Compiled[B], *PathMatch) {
 	ht := t.listeners[listener]
 	if ht == nil {
-		return nil
+		return nil, nil
 	}
 	host := normalizeHostBytes(req.Host)
 	var lower [256]byte
@@ -376,20 +386,20 @@ func (t *Table[B]) Match(listener string, req *Request) *Compiled[B] {
 	}
 	if g := ht.exact[string(host)]; g != nil {
 		if e := g.first(req); e != nil {
-			return e.rule
+			return e.rule, &e.path
 		}
 	}
 	for _, w := range ht.wildcards {
 		if len(host) > len(w.suffix) && string(host[len(host)-len(w.suffix):]) == w.suffix {
 			if e := w.group.first(req); e != nil {
-				return e.rule
+				return e.rule, &e.path
 			}
 		}
 	}
 	if e := ht.any.first(req); e != nil {
-		return e.rule
+		return e.rule, &e.path
 	}
-	return nil
+	return nil, nil
 }
 
 // Has reports whether the table has a rule for listener.

@@ -1,0 +1,80 @@
+package route
+
+import "testing"
+
+// ReplacePrefixMatch by the Gateway API's table (HTTPPathModifier,
+// apis/v1/httproute_types.go): the matched prefix is replaced by whole
+// segments, trailing slashes of either side ignored; ReplaceFullPath
+// replaces everything.
+func TestModifyPath(t *testing.T) {
+	for _, tc := range []struct {
+		matched, path, value, want string
+		full                       bool
+	}{
+		{"/foo", "/foo/bar", "/xyz", "/xyz/bar", false},
+		{"/foo", "/foo/bar", "/xyz/", "/xyz/bar", false},
+		{"/foo/", "/foo/bar", "/xyz", "/xyz/bar", false},
+		{"/foo/", "/foo/bar", "/xyz/", "/xyz/bar", false},
+		{"/foo", "/foo", "/xyz", "/xyz", false},
+		{"/foo", "/foo/", "/xyz", "/xyz/", false},
+		{"/foo/", "/foo/", "/xyz", "/xyz/", false},
+		{"/foo", "/foo", "", "/", false},
+		{"/foo", "/foo/", "", "/", false},
+		{"/foo", "/foo/bar", "", "/bar", false},
+		{"/foo", "/foo", "/", "/", false},
+		{"/foo", "/foo/bar", "/", "/bar", false},
+		{"/", "/foo/bar", "/xyz", "/xyz/foo/bar", false},
+		{"/foo", "/foo/bar", "/one", "/one", true},
+	} {
+		m := &PathModifier{ReplacePrefix: !tc.full, Value: tc.value}
+		if got := string(ModifyPath(nil, m, tc.matched, []byte(tc.path))); got != tc.want {
+			t.Errorf("%q matched %q, %+v: %q, want %q", tc.path, tc.matched, m, got, tc.want)
+		}
+	}
+}
+
+// A redirect's Location (HTTPRequestRedirectFilter): what the filter does
+// not say is the request's; the port is the listener's unless the scheme
+// changes (then the scheme's well-known port); 80 with http and 443 with
+// https are left out.
+func TestLocation(t *testing.T) {
+	for _, tc := range []struct {
+		r            Redirect
+		scheme, host string
+		port         int
+		path, query  string
+		want         string
+	}{
+		{Redirect{}, "http", "a.example:8080", 8080, "/p", "?q=1", "http://a.example:8080/p?q=1"},
+		{Redirect{Scheme: "https"}, "http", "a.example:8080", 8080, "/p", "", "https://a.example/p"},
+		{Redirect{Scheme: "https", Port: 8443}, "http", "a.example", 80, "/p", "", "https://a.example:8443/p"},
+		{Redirect{Hostname: "b.example"}, "http", "a.example", 80, "/", "", "http://b.example/"},
+		{Redirect{Port: 443}, "https", "a.example", 8443, "/", "", "https://a.example/"},
+		{Redirect{Scheme: "http"}, "http", "a.example:8080", 8080, "/", "", "http://a.example:8080/"},
+	} {
+		got := string(tc.r.Location(nil, tc.scheme, []byte(tc.host), tc.port, []byte(tc.path), []byte(tc.query)))
+		if got != tc.want {
+			t.Errorf("%+v from %s://%s (listener %d): %q, want %q", tc.r, tc.scheme, tc.host, tc.port, got, tc.want)
+		}
+	}
+}
+
+// A header edit drops the fields Set and Remove name (without case), and
+// writes Set's then Add's.
+func TestHeaderEdit(t *testing.T) {
+	e := newHeaderEdit(&HeaderModifier{Set: []Header{{"X-Set", "1"}}, Add: []Header{{"X-Add", "2"}}, Remove: []string{"X-Gone"}})
+	for name, want := range map[string]bool{"x-set": true, "X-SET": true, "x-gone": true, "x-add": false, "x-other": false} {
+		if got := e.Drops([]byte(name)); got != want {
+			t.Errorf("Drops(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if got := string(e.Lines()); got != "X-Set: 1\r\nX-Add: 2\r\n" {
+		t.Errorf("lines %q", got)
+	}
+	if p := e.Pairs(); len(p) != 2 || string(p[0].Name) != "x-set" || string(p[1].Name) != "x-add" {
+		t.Errorf("pairs %v", p)
+	}
+	if newHeaderEdit(&HeaderModifier{}) != nil {
+		t.Error("an empty modifier compiled to an edit")
+	}
+}
