@@ -46,6 +46,9 @@ func (p *Proxy) route(listener string, req *h1.Request, rt *routed, a *attempt, 
 		return nil, 500
 	}
 	rt.backend, rt.maxBody, rt.buffer = b, rule.MaxBodySize, rule.BufferRequestBody
+	if d := rule.Timeouts.Request; d > 0 {
+		rt.deadline = e.start.Add(d) // from when the request began
+	}
 	if rt.maxBody > 0 && req.ContentLength > rt.maxBody {
 		return nil, 413
 	}
@@ -120,7 +123,7 @@ func exchangeUpstream(f *httpFrontend, x requestSender, rt *routed, set *endpoin
 		ep.inflight.Add(1)
 		err = x.sendRequest(uc, rt)
 		if err == nil {
-			err = readResponseHead(uc, resp, b)
+			err = readResponseHead(uc, resp, rt)
 		}
 		if err == nil {
 			return uc, ep, 0, nil
@@ -136,6 +139,9 @@ func exchangeUpstream(f *httpFrontend, x requestSender, rt *routed, set *endpoin
 			return nil, nil, 0, err
 		}
 		switch {
+		case rt.expired(time.Now()):
+			// The rule's request timeout: no other attempt.
+			return giveUp(ep.addr, "response", err)
 		case uc.reuse && replayable && !fresh && len(uc.rd.Buffered()) == 0:
 			// A pooled connection the backend had closed: the same
 			// endpoint, on a new connection.
@@ -158,12 +164,11 @@ func exchangeUpstream(f *httpFrontend, x requestSender, rt *routed, set *endpoin
 }
 
 // readResponseHead reads the response head from uc into resp, skipping
-// interim (1xx) responses other than 101. A head that breaks a rule is an
-// upstream failure.
-func readResponseHead(uc *upConn, resp *h1.Response, b *backend) error {
-	// The operator's bound on the time to a response head: within a
-	// tenth of it (and a second).
-	uc.rd.ExtendDeadlineNear(time.Now(), b.responseTimeout)
+// interim (1xx) responses other than 101, within rt's bounds
+// (routed.headDeadline). A head that breaks a rule is an upstream
+// failure.
+func readResponseHead(uc *upConn, resp *h1.Response, rt *routed) error {
+	rt.headDeadline(uc, time.Now())
 	for {
 		head, err := uc.rd.ReadResponseHead()
 		if err != nil {

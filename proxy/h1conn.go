@@ -362,7 +362,7 @@ func (hc *h1conn) handle(head []byte) bool {
 	e := &hc.entry
 	al := hc.f.p.access
 	if al == nil {
-		e.status, e.backend = 0, ""
+		e.status, e.backend, e.start = 0, "", start // the start bounds the rule's request timeout
 		keep := hc.serveRequest(head)
 		hc.f.metrics.request(e.backend, e.status, time.Since(start))
 		return keep
@@ -624,7 +624,9 @@ func (hc *h1conn) sendRequest(uc *upConn, rt *routed) error {
 	if hc.tls != nil {
 		proto = "https"
 	}
-	writeRequestHead(uc, rt, req, hc.bodyState, hc.body.b, &h1.Forwarded{For: hc.client, Proto: proto, Host: uc.pool.addr, Trusted: hc.trusted})
+	fwd := h1.Forwarded{For: hc.client, Proto: proto, Host: uc.pool.addr, Trusted: hc.trusted}
+	hc.f.mirror(rt, req, hc.bodyState, hc.body.b, fwd)
+	writeRequestHead(uc, rt, req, hc.bodyState, hc.body.b, &fwd)
 	var err error
 	switch hc.bodyState {
 	case bodyPrefix:
@@ -761,7 +763,7 @@ func (hc *h1conn) upgrade(rt *routed, set *endpointSet, a *attempt) bool {
 	}
 	err = hc.sendRequest(uc, rt)
 	if err == nil {
-		err = readResponseHead(uc, &hc.resp, b)
+		err = readResponseHead(uc, &hc.resp, rt)
 	}
 	if err != nil {
 		uc.c.Close()

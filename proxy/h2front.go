@@ -428,7 +428,9 @@ func (x *h2exchange) sendRequest(uc *upConn, rt *routed) error {
 		return &clientError{errClientGone}
 	}
 	req := &x.req
-	writeRequestHead(uc, rt, req, x.bodyState, x.body.b, &h1.Forwarded{For: x.cl.client, Proto: x.cl.proto, Host: uc.pool.addr, Trusted: x.cl.trusted})
+	fwd := h1.Forwarded{For: x.cl.client, Proto: x.cl.proto, Host: uc.pool.addr, Trusted: x.cl.trusted}
+	x.cl.f.mirror(rt, req, x.bodyState, x.body.b, fwd)
+	writeRequestHead(uc, rt, req, x.bodyState, x.body.b, &fwd)
 	var err error
 	switch x.bodyState {
 	case bodyPrefix:

@@ -40,6 +40,10 @@ type httpFrontend struct {
 
 	// gp runs the connections' goroutines, and the HTTP/2 streams'.
 	gp *goPool
+	// mirrors holds a token per mirrored request in flight (at most
+	// maxMirrors); mirroring waits for their goroutines.
+	mirrors   chan struct{}
+	mirroring sync.WaitGroup
 
 	mu       sync.Mutex // protects live, h2live and draining
 	live     map[*h1conn]net.Conn
@@ -49,7 +53,8 @@ type httpFrontend struct {
 }
 
 func newHTTPFrontend(name string, p *Proxy) *httpFrontend {
-	return &httpFrontend{name: name, p: p, live: make(map[*h1conn]net.Conn), h2live: make(map[*h2.Conn]struct{}), gp: newGoPool(maxIdleGoroutines)}
+	return &httpFrontend{name: name, p: p, live: make(map[*h1conn]net.Conn), h2live: make(map[*h2.Conn]struct{}), gp: newGoPool(maxIdleGoroutines),
+		mirrors: make(chan struct{}, maxMirrors)}
 }
 
 // serve accepts on lns until the frontend stops accepting.
@@ -156,6 +161,7 @@ func (f *httpFrontend) drain(ctx context.Context, grace time.Duration) {
 		f.conns.Wait()
 		f.inflight.Wait()
 		shut.Wait()
+		f.mirroring.Wait()
 		f.gp.close()
 		close(done)
 	}()

@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/proxy/h1"
@@ -24,6 +25,37 @@ type routed struct {
 	// path is the path the request goes upstream with, when the rule
 	// rewrites it (a buffer kept from one request to the next).
 	path []byte
+	// deadline is when the rule's request timeout ends the wait for a
+	// response; zero: none.
+	deadline time.Time
+	// mirrored: the request's copies went to the rule's mirrors.
+	mirrored bool
+}
+
+// headDeadline sets uc's read deadline for the response head of an
+// attempt starting at now: the rule's backendRequest timeout or else the
+// backend's responseTimeout, and never past the request timeout.
+func (rt *routed) headDeadline(uc *upConn, now time.Time) {
+	b := rt.backend
+	bt := rt.rule.Timeouts.BackendRequest
+	if bt == 0 && rt.deadline.IsZero() {
+		// The operator's bound: within a tenth of it (and a second).
+		uc.rd.ExtendDeadlineNear(now, b.responseTimeout)
+		return
+	}
+	if bt == 0 {
+		bt = b.responseTimeout
+	}
+	dl := now.Add(bt)
+	if !rt.deadline.IsZero() && rt.deadline.Before(dl) {
+		dl = rt.deadline
+	}
+	uc.rd.SetDeadline(dl)
+}
+
+// expired reports whether the request timeout has passed at now.
+func (rt *routed) expired(now time.Time) bool {
+	return !rt.deadline.IsZero() && !now.Before(rt.deadline)
 }
 
 // routeRedirect is the status route gives a request its rule redirects.
@@ -113,6 +145,12 @@ func yamlRules(cfg *config.Config, backends map[string]*backend) []route.Rule[*b
 		}
 		if rw := rc.Rewrite; rw != nil {
 			r.Filters.Rewrite = &route.Rewrite{Hostname: rw.Hostname, Path: pathModifier(rw.Path)}
+		}
+		for _, m := range rc.Mirrors {
+			r.Filters.Mirrors = append(r.Filters.Mirrors, route.Mirror[*backend]{Target: backends[m.Backend], Percent: m.Percent})
+		}
+		if to := rc.Timeouts; to != nil {
+			r.Timeouts = route.Timeouts{Request: to.Request.Std(), BackendRequest: to.BackendRequest.Std()}
 		}
 		for _, wb := range rc.Backends {
 			w := 1

@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/proxy/h1"
@@ -252,5 +254,110 @@ routes:
 			}
 			got.Unlock()
 		}
+	}
+}
+
+// Timeouts (HTTPRouteTimeouts): request bounds the wait for the response
+// from the request's start, backendRequest each attempt; past either the
+// answer is 504. A route without them waits the backend's own bound.
+func TestYAMLTimeouts(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/fast" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer be.Close()
+	_, web, _ := startProxy(t, fmt.Sprintf(`
+controlSocket: /tmp/unused.sock
+listeners:
+  - name: web
+    address: @WEB@
+backends:
+  - {name: app, static: [%q], retries: 2}
+routes:
+  - {listener: web, path: {value: /req}, backend: app, timeouts: {request: 200ms}}
+  - {listener: web, path: {value: /be}, backend: app, timeouts: {backendRequest: 200ms}}
+  - {listener: web, path: {value: /fast}, backend: app, timeouts: {request: 5s, backendRequest: 2s}}
+`, hostOf(be)))
+	for path, want := range map[string]int{"/req/x": 504, "/be/x": 504, "/fast": 200} {
+		resp, err := http.Get("http://" + web + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+}
+
+// RequestMirror: each mirror gets a copy of the request as it goes
+// upstream (filters applied, baton's X-Forwarded-For), its answer dropped;
+// the client gets the primary's. A request whose body streams is not
+// copied.
+func TestYAMLMirror(t *testing.T) {
+	mirrored := make(chan *http.Request, 10)
+	mirror := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mirrored <- r
+		w.WriteHeader(500) // nobody's answer
+	}))
+	defer mirror.Close()
+	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "primary") }))
+	defer primary.Close()
+	p, web, _ := startProxy(t, fmt.Sprintf(`
+controlSocket: /tmp/unused.sock
+listeners:
+  - name: web
+    address: @WEB@
+backends:
+  - {name: app, static: [%q]}
+  - {name: shadow, static: [%q]}
+routes:
+  - listener: web
+    backend: app
+    mirrors: [{backend: shadow}]
+    requestHeaders: {set: [{name: X-Filtered, value: "yes"}]}
+`, hostOf(primary), hostOf(mirror)))
+	resp, err := http.Get("http://" + web + "/copy/me?x=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "primary" {
+		t.Fatalf("the client got %d %q, want the primary's answer", resp.StatusCode, body)
+	}
+	select {
+	case r := <-mirrored:
+		if r.URL.RequestURI() != "/copy/me?x=1" || r.Header.Get("X-Filtered") != "yes" || r.Header.Get("X-Forwarded-For") != "127.0.0.1" {
+			t.Errorf("the mirror got %s %v", r.URL.RequestURI(), r.Header)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the mirror got nothing within 5s")
+	}
+	resp, err = http.Post("http://"+web+"/streamed", "text/plain", strings.NewReader("a body that streams"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	resp, err = http.Get("http://" + web + "/after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	p.https[0].mirroring.Wait() // every copy sent has been answered: it is in mirrored
+	close(mirrored)
+	var got []string
+	for r := range mirrored {
+		got = append(got, r.Method+" "+r.URL.Path)
+	}
+	if len(got) != 1 || got[0] != "GET /after" {
+		t.Errorf("the mirror got %v, want only the GET", got)
 	}
 }

@@ -318,6 +318,10 @@ type Route struct {
 	ResponseHeaders *HeaderFilter `json:"responseHeaders,omitempty"`
 	Redirect        *Redirect     `json:"redirect,omitempty"`
 	Rewrite         *Rewrite      `json:"rewrite,omitempty"`
+	// Mirrors get a copy of the requests (their answers are dropped).
+	Mirrors []Mirror `json:"mirrors,omitempty"`
+	// Timeouts bound the route's requests.
+	Timeouts *RouteTimeouts `json:"timeouts,omitempty"`
 	// MaxBodySize bounds a request body on this route (413 above it).
 	// Default: http.maxBodySize.
 	MaxBodySize Size `json:"maxBodySize,omitempty"`
@@ -390,6 +394,23 @@ type Rewrite struct {
 type PathModifier struct {
 	ReplaceFullPath    *string `json:"replaceFullPath,omitempty"`
 	ReplacePrefixMatch *string `json:"replacePrefixMatch,omitempty"`
+}
+
+// Mirror is a backend that gets a copy of a route's requests: those
+// without a body, or with one read whole (bufferRequestBody).
+type Mirror struct {
+	Backend string `json:"backend"`
+	// Percent of the requests mirrored, 1 to 100 (default 100).
+	Percent int `json:"percent,omitempty"`
+}
+
+// RouteTimeouts bound a route's requests (the Gateway API's
+// HTTPRouteTimeouts): Request from the request's start to its response's
+// head, retries included; BackendRequest each attempt upstream (instead
+// of the backend's responseTimeout). The answer past either is a 504.
+type RouteTimeouts struct {
+	Request        Duration `json:"request,omitempty"`
+	BackendRequest Duration `json:"backendRequest,omitempty"`
 }
 
 // WeightedBackend is one of a route's backends and its share.

@@ -203,7 +203,7 @@ func (c *Config) validate(offline bool) error {
 			switch l.Protocol {
 			case ProtocolTCP:
 				if r.Host != "" || len(r.Hostnames) > 0 || r.PathPrefix != "" || r.Path != nil || r.Method != "" || len(r.Headers) > 0 || len(r.QueryParams) > 0 || r.BufferRequestBody != 0 ||
-					r.RequestHeaders != nil || r.ResponseHeaders != nil || r.Redirect != nil || r.Rewrite != nil {
+					r.RequestHeaders != nil || r.ResponseHeaders != nil || r.Redirect != nil || r.Rewrite != nil || len(r.Mirrors) > 0 || r.Timeouts != nil {
 					bad("%s: listener %q is tcp: only backend applies (no host, path, matches, bufferRequestBody or filters)", where, r.Listener)
 				}
 				if routed[r.Listener] > 1 {
@@ -234,6 +234,22 @@ func (c *Config) validate(offline bool) error {
 			}
 			if b.Weight != nil && (*b.Weight < 0 || *b.Weight > MaxWeight) {
 				bad("%s.backends[%d]: weight must be from 0 to %d, not %d", where, j, MaxWeight, *b.Weight)
+			}
+		}
+		for j, m := range r.Mirrors {
+			if backends[m.Backend] == nil {
+				bad("%s.mirrors[%d]: backend %q is not defined", where, j, m.Backend)
+			}
+			if m.Percent < 0 || m.Percent > 100 {
+				bad("%s.mirrors[%d]: percent must be from 1 to 100, not %d", where, j, m.Percent)
+			}
+		}
+		if to := r.Timeouts; to != nil {
+			if to.Request < 0 || to.Request > 0 && to.Request.Std() < time.Millisecond || to.BackendRequest < 0 || to.BackendRequest > 0 && to.BackendRequest.Std() < time.Millisecond {
+				bad("%s.timeouts: each at least 1ms, or 0 for none", where)
+			}
+			if to.Request > 0 && to.BackendRequest > to.Request {
+				bad("%s.timeouts: backendRequest (%s) longer than request (%s)", where, to.BackendRequest, to.Request)
 			}
 		}
 		if len(r.Backends) > 1 && l != nil && l.Protocol == ProtocolTCP {
