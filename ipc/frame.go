@@ -78,6 +78,7 @@ const (
 	TypeLogFile  Type = 9
 	TypeWaiting  Type = 10
 	TypeAccept   Type = 11
+	TypeRouting  Type = 12
 	TypeRequest  Type = 16
 	TypeResponse Type = 17
 )
@@ -94,6 +95,7 @@ var typeNames = map[Type]string{
 	TypeLogFile:  "logfile",
 	TypeWaiting:  "waiting",
 	TypeAccept:   "accept",
+	TypeRouting:  "routing",
 	TypeRequest:  "request",
 	TypeResponse: "response",
 }

@@ -20,6 +20,11 @@ type Hello struct {
 	Listeners []ListenerInfo `json:"listeners"`
 	// Config is the worker's configuration, opaque to the protocol.
 	Config json.RawMessage `json:"config,omitempty"`
+	// Routing, when set, says that a Routing message follows the hello at
+	// once: the routing a route provider of the supervisor's (the Gateway
+	// API's controller) computed, which the worker applies before it says
+	// ready.
+	Routing bool `json:"routing,omitempty"`
 	// TicketKeys are the TLS session-ticket keys, newest first: the first
 	// encrypts, all decrypt. The supervisor owns them, rotates them (a
 	// Tickets message), and hands the same ones to every worker and every
@@ -79,6 +84,14 @@ func (o *Orphan) Files() int {
 		n += len(l.Sockets)
 	}
 	return n
+}
+
+// Routing replaces a worker's routing (see Hello.Routing), while it
+// serves too: routes and backends change without a new generation. The
+// payload, opaque to the protocol as Config is, is the content of the
+// message's one descriptor, a sealed file of Size bytes (RoutingFile).
+type Routing struct {
+	Size int64 `json:"size"`
 }
 
 // Tickets replaces a worker's TLS session-ticket keys after a rotation.

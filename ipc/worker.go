@@ -33,6 +33,9 @@ type Worker struct {
 	pausedMu  sync.Mutex // serializes the deliveries of paused
 	paused    map[string][]int
 	onPaused  func(map[string][]int)
+	routingMu sync.Mutex // serializes the deliveries of routing
+	routing   []byte
+	onRouting func([]byte)
 	accessLog *os.File
 	onLogFile func(*os.File)
 	closing   chan struct{} // closed by Close
@@ -172,8 +175,22 @@ func (w *Worker) receive(c *Conn) error {
 			w.setLogFile(files[0])
 			continue
 		}
+		if err == nil && fr.Type == TypeRouting && len(files) == 1 {
+			var r Routing
+			err = fr.Unmarshal(&r)
+			var payload []byte
+			if err == nil {
+				payload, err = readRouting(files[0], r)
+			}
+			files[0].Close()
+			if err != nil {
+				return err
+			}
+			w.setRouting(payload)
+			continue
+		}
 		for _, f := range files {
-			f.Close() // only a hello and a logfile carry descriptors
+			f.Close() // only a hello, a logfile and a routing carry descriptors
 		}
 		if err == nil && len(files) > 0 {
 			err = fmt.Errorf("%w: descriptors with %s", ErrUnexpected, fr.Type)
@@ -372,6 +389,28 @@ func (w *Worker) setPaused(p map[string][]int) {
 	w.paused = p
 	if w.onPaused != nil {
 		w.onPaused(p)
+	}
+}
+
+// OnRouting calls fn with the routing payload received so far, if any,
+// then with each new one the supervisor sends (from the receiving
+// goroutine, one at a time: fn should not hold it up long). A worker whose
+// hello says Routing waits for the first before it says ready.
+func (w *Worker) OnRouting(fn func([]byte)) {
+	w.routingMu.Lock()
+	defer w.routingMu.Unlock()
+	w.onRouting = fn
+	if w.routing != nil {
+		fn(w.routing)
+	}
+}
+
+func (w *Worker) setRouting(p []byte) {
+	w.routingMu.Lock()
+	defer w.routingMu.Unlock()
+	w.routing = p
+	if w.onRouting != nil {
+		w.onRouting(p)
 	}
 }
 

@@ -304,6 +304,17 @@ func (b *backend) reap(now time.Time) {
 	}
 }
 
+// retire stops pooling the backend's connections and closes the idle
+// ones: it is no longer routed to (requests in flight finish, and close
+// their connections).
+func (b *backend) retire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ep := range b.byAddr {
+		ep.pool.retire()
+	}
+}
+
 func (b *backend) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()

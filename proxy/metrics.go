@@ -91,13 +91,13 @@ func (p *Proxy) series() []metrics.Series {
 			out = append(out, metrics.Series{Name: metricProxyProtoErrors, Labels: []string{"listener", lc.Name}, Value: m.proxyProtocolErrors.Load()})
 		}
 	}
-	for _, b := range p.backends {
+	p.eachBackend(func(b *backend) {
 		if b.connectTime.Count() > 0 {
 			out = append(out, b.connectTime.Series(metricConnectDuration, "backend", b.name))
 		}
 		if b.responseTime.Count() > 0 {
 			out = append(out, b.responseTime.Series(metricResponseDuration, "backend", b.name))
 		}
-	}
+	})
 	return out
 }

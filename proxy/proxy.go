@@ -31,12 +31,17 @@ type Proxy struct {
 	cfg *config.Config
 	log *zap.Logger
 	// routes are the compiled routes, swapped whole when they change.
-	routes   atomic.Pointer[routeTable]
-	backends map[string]*backend
-	https    []*httpFrontend
-	tcps     []*tcpFrontend
-	draining atomic.Bool
-	stats    counters
+	routes atomic.Pointer[routeTable]
+	// dynamic are the backends of a route provider's routing, by name,
+	// swapped whole with the routes (ApplyRouting, which routingMu
+	// serializes).
+	dynamic   atomic.Pointer[map[string]*backend]
+	routingMu sync.Mutex
+	backends  map[string]*backend
+	https     []*httpFrontend
+	tcps      []*tcpFrontend
+	draining  atomic.Bool
+	stats     counters
 	// gates are the listening sockets by listener and socket index, and
 	// paused the pause set they follow (SetPaused).
 	gatesMu sync.Mutex
@@ -187,14 +192,15 @@ func (p *Proxy) reapIdle() {
 	for _, b := range p.backends {
 		every = min(every, b.cfg.IdleTimeout.Std()/4)
 	}
+	// A routing's backends have their own idle timeouts: the default
+	// one's quarter bounds the look at them too.
+	every = min(every, config.DefaultBackendIdle/4)
 	tick := time.NewTicker(max(every, 50*time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {
 		case now := <-tick.C:
-			for _, b := range p.backends {
-				b.reap(now)
-			}
+			p.eachBackend(func(b *backend) { b.reap(now) })
 		case <-p.stopReaper:
 			return
 		}
@@ -233,9 +239,7 @@ func (p *Proxy) Drain(ctx context.Context, closing bool) {
 	wg.Wait()
 	p.stopOnce.Do(func() { close(p.stopReaper) })
 	p.reaper.Wait()
-	for _, b := range p.backends {
-		b.close()
-	}
+	p.eachBackend((*backend).close)
 }
 
 // Stats returns the worker's counters.
@@ -259,6 +263,9 @@ func (p *Proxy) Stats() ipc.Stats {
 	}
 	for _, bc := range p.cfg.Backends {
 		s.Backends = append(s.Backends, p.backends[bc.Name].stats())
+	}
+	for _, b := range p.dynamicBackends() {
+		s.Backends = append(s.Backends, b.stats())
 	}
 	return s
 }

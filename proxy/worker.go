@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
@@ -64,6 +65,28 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 	// cannot steer: the set is applied before any socket is accepted on,
 	// and then as it changes.
 	w.OnPaused(p.SetPaused)
+	// A route provider's routing (the Gateway API's) is applied as it
+	// comes; the first, when the hello announces one, before ready: a
+	// worker that served without its routes would answer them 404.
+	routed := make(chan struct{})
+	var first sync.Once
+	w.OnRouting(func(payload []byte) {
+		if err := p.ApplyRouting(payload); err != nil {
+			log.Warn("routing applied in part", zap.Error(err))
+		}
+		first.Do(func() { close(routed) })
+	})
+	if w.Hello().Routing {
+		select {
+		case <-routed:
+		case <-w.Draining():
+			err := errors.New("told to drain before the routing came")
+			w.Fail(err.Error())
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if err := p.Serve(w.Listeners()); err != nil {
 		w.Fail(err.Error())
 		return err

@@ -198,6 +198,8 @@ func (s *Supervisor) launch(sl *slot) error {
 		// The process is gone or broken; its exit decides what follows.
 		sl.log().Warn("sending hello failed; killing worker", zap.Error(err))
 		p.kill()
+	} else if hello.Routing {
+		s.sendRouting(sl) // announced by the hello
 	}
 	sl.log().Debug("worker launched")
 	return nil
@@ -214,6 +216,7 @@ func (s *Supervisor) helloFor(sl *slot) (ipc.Hello, []*os.File) {
 		hello.CanaryOf = g.canary.of
 	}
 	hello.Paused = g.paused
+	hello.Routing = s.state.routing != nil
 	var files []*os.File
 	for _, pl := range g.plan.listeners {
 		idx := socketsForSlot(sl.index, len(g.slots), len(pl.sockets))

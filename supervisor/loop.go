@@ -44,6 +44,11 @@ type loopState struct {
 	upgraded        bool      // the next supervisor has taken over
 	ready           bool      // the first generation was ready (Upgrader told)
 	controlCheckAt  time.Time // look whether the control socket is still there (checkControl)
+	// routing is the route provider's last payload (SetRouting), in a
+	// sealed file every worker gets; routingVersion counts them.
+	routing        *os.File
+	routingSize    int64
+	routingVersion uint64
 }
 
 // Events the loop handles.
@@ -68,6 +73,11 @@ type (
 	}
 	statusEvent     struct{ reply chan Status }
 	reopenLogsEvent struct{}
+	// routingEvent is a new routing payload, in its file (SetRouting).
+	routingEvent struct {
+		file *os.File
+		size int64
+	}
 	// procMessage is a message from a worker process.
 	procMessage struct {
 		p  *proc
@@ -191,6 +201,7 @@ func (s *Supervisor) run(activated []*activated) error {
 	}
 	s.log.Info("supervisor started", zap.Int("pid", os.Getpid()), zap.String("control", st.cfg.ControlSocket), zap.String("binary", s.opts.Binary))
 	s.loop()
+	s.closeRouting()
 	close(s.done)
 	return st.runErr
 }
@@ -238,6 +249,8 @@ func (s *Supervisor) handle(ev event) {
 		ev.reply <- s.snapshot()
 	case reopenLogsEvent:
 		s.reopenLogs()
+	case routingEvent:
+		s.handleRouting(ev)
 	case procMessage:
 		s.handleMessage(ev.p, ev.fr)
 	case procBroken:

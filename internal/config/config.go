@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-proxy/baton/proxy/route"
 	"sigs.k8s.io/yaml"
 )
 
@@ -357,6 +358,39 @@ type ValueMatch struct {
 	Type string `json:"type,omitempty"`
 }
 
+// SetDefaults fills in what b leaves out: timeouts, the balancer, the
+// sticky cookie's name, the Kubernetes mode.
+func (b *Backend) SetDefaults() {
+	setDuration(&b.ConnectTimeout, DefaultConnectTimeout)
+	setDuration(&b.ResponseTimeout, DefaultResponseTimeout)
+	setDuration(&b.IdleTimeout, DefaultBackendIdle)
+	if b.Balancer == "" {
+		b.Balancer = BalancerRoundRobin
+	}
+	if b.Balancer == BalancerCookie && b.Cookie == "" {
+		b.Cookie = "baton-" + b.Name
+	}
+	if k := b.Kubernetes; k != nil {
+		if k.Mode == "" {
+			k.Mode = ModeEndpoints
+		}
+		if k.Mode == ModeClusterIP && b.ConnectionLifetime == 0 {
+			b.ConnectionLifetime = Duration(DefaultClusterIPLifetime)
+		}
+	}
+}
+
+// Routing is a route provider's routing (the Gateway API controller's):
+// backends in the config's terms, rules in the route model's, naming
+// them. It goes from the provider to the workers through the supervisor
+// (Supervisor.SetRouting), which does not read it; a worker serves it
+// beside the config's own routes and backends, whose names it may not
+// take.
+type Routing struct {
+	Backends []Backend            `json:"backends,omitempty"`
+	Rules    []route.Rule[string] `json:"rules,omitempty"`
+}
+
 // HeaderFilter sets, adds and removes header fields: the fields set or
 // removed are dropped, then set and add are written.
 type HeaderFilter struct {
@@ -544,24 +578,7 @@ func (c *Config) setDefaults() {
 		}
 	}
 	for i := range c.Backends {
-		b := &c.Backends[i]
-		setDuration(&b.ConnectTimeout, DefaultConnectTimeout)
-		setDuration(&b.ResponseTimeout, DefaultResponseTimeout)
-		setDuration(&b.IdleTimeout, DefaultBackendIdle)
-		if b.Balancer == "" {
-			b.Balancer = BalancerRoundRobin
-		}
-		if b.Balancer == BalancerCookie && b.Cookie == "" {
-			b.Cookie = "baton-" + b.Name
-		}
-		if k := b.Kubernetes; k != nil {
-			if k.Mode == "" {
-				k.Mode = ModeEndpoints
-			}
-			if k.Mode == ModeClusterIP && b.ConnectionLifetime == 0 {
-				b.ConnectionLifetime = Duration(DefaultClusterIPLifetime)
-			}
-		}
+		c.Backends[i].SetDefaults()
 	}
 	for i := range c.Routes {
 		r := &c.Routes[i]

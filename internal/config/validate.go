@@ -392,12 +392,12 @@ func checkRouteMatch(where string, r *Route, bad func(string, ...any)) {
 	case r.PathPrefix != "":
 		checkPath("pathPrefix", r.PathPrefix)
 	}
-	if r.Method != "" && !isToken(r.Method) {
+	if r.Method != "" && !h1.IsToken(r.Method) {
 		bad("%s: method %q is not a token", where, r.Method)
 	}
 	for key, vs := range map[string][]ValueMatch{"headers": r.Headers, "queryParams": r.QueryParams} {
 		for j, v := range vs {
-			if v.Name == "" || key == "headers" && !isToken(v.Name) {
+			if v.Name == "" || key == "headers" && !h1.IsToken(v.Name) {
 				bad("%s.%s[%d]: name %q is not a field name", where, key, j, v.Name)
 			}
 			switch v.Type {
@@ -438,7 +438,7 @@ func checkRouteFilters(where string, r *Route, bad func(string, ...any)) {
 		}
 		for _, n := range names {
 			switch {
-			case !isToken(n):
+			case !h1.IsToken(n):
 				bad("%s.%s: %q is not a field name", where, key, n)
 			case reservedFields[strings.ToLower(n)]:
 				bad("%s.%s: %q is baton's to write (framing, Host, X-Forwarded-*): a filter cannot change it", where, key, n)
@@ -499,17 +499,6 @@ func checkRouteFilters(where string, r *Route, bad func(string, ...any)) {
 		}
 		checkModifier("rewrite.path", rw.Path)
 	}
-}
-
-// isToken reports whether s is an HTTP token (RFC 9110 §5.6.2).
-func isToken(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	return s != ""
 }
 
 // matchKey is what two routes that match the same requests share.

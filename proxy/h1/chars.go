@@ -56,6 +56,17 @@ func init() {
 	hostChars.add("!$&'()*+,;=")
 }
 
+// IsToken reports whether s is a token (RFC 9110 §5.6.2): what a method
+// and a field name must be.
+func IsToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !tokenChars[s[i]] {
+			return false
+		}
+	}
+	return s != ""
+}
+
 func isToken(b []byte) bool {
 	if len(b) == 0 {
 		return false

@@ -1,8 +1,11 @@
 package route
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/baton-proxy/baton/proxy/h1"
 )
 
 // HeaderEdit is a HeaderModifier ready for requests: the field names it
@@ -145,4 +148,102 @@ func (r *Redirect) Status() int {
 		return 302
 	}
 	return r.StatusCode
+}
+
+// checkFilters refuses filters that would put bytes on the wire that no
+// request or response may carry: the values come from whoever writes
+// routes (in Kubernetes, any namespace's owner), and nothing must let one
+// inject a header line or split a request line. Header names must be
+// tokens; values hold no control character but HTAB and no surrounding
+// space; hosts are host names (letters, digits, '-', '.'); paths start
+// with '/' and hold only a path's characters (RFC 3986 §3.3, no '?' or
+// '#').
+func checkFilters[B any](f *Filters[B]) error {
+	for _, m := range []*HeaderModifier{f.RequestHeaders, f.ResponseHeaders} {
+		if m == nil {
+			continue
+		}
+		for _, h := range append(append([]Header(nil), m.Set...), m.Add...) {
+			if !h1.IsToken(h.Name) {
+				return fmt.Errorf("header name %q is not a token", h.Name)
+			}
+			if !validValue(h.Value) {
+				return fmt.Errorf("header %s: value %q holds a control character or surrounding space", h.Name, h.Value)
+			}
+		}
+		for _, n := range m.Remove {
+			if !h1.IsToken(n) {
+				return fmt.Errorf("header name %q is not a token", n)
+			}
+		}
+	}
+	check := func(what, host string, pm *PathModifier) error {
+		if host != "" && !validHost(host) {
+			return fmt.Errorf("%s hostname %q is not a host name", what, host)
+		}
+		if pm != nil && !validPath(pm.Value, pm.ReplacePrefix) {
+			return fmt.Errorf("%s path %q is not a path", what, pm.Value)
+		}
+		return nil
+	}
+	if r := f.Redirect; r != nil {
+		if r.Scheme != "" && r.Scheme != "http" && r.Scheme != "https" {
+			return fmt.Errorf("redirect scheme %q is not http or https", r.Scheme)
+		}
+		if r.Port < 0 || r.Port > 65535 {
+			return fmt.Errorf("redirect port %d", r.Port)
+		}
+		switch r.StatusCode {
+		case 0, 301, 302, 303, 307, 308:
+		default:
+			return fmt.Errorf("redirect status %d", r.StatusCode)
+		}
+		if err := check("redirect", r.Hostname, r.Path); err != nil {
+			return err
+		}
+	}
+	if r := f.Rewrite; r != nil {
+		if err := check("rewrite", r.Hostname, r.Path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return v == strings.TrimSpace(v)
+}
+
+func validHost(h string) bool {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return h != ""
+}
+
+// validPath reports whether p is an absolute path of RFC 3986 §3.3's
+// characters (an empty one, too, for a prefix replacement).
+func validPath(p string, prefix bool) bool {
+	if p == "" {
+		return prefix
+	}
+	if p[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~!$&'()*+,;=:@/%", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
 }

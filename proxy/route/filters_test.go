@@ -78,3 +78,33 @@ func TestHeaderEdit(t *testing.T) {
 		t.Error("an empty modifier compiled to an edit")
 	}
 }
+
+// Filters that would put a line break, a control character or a space
+// where the wire cannot take one refuse their rule (routes come from any
+// namespace's owner: CRLF in a header value is header injection, in a
+// path request splitting).
+func TestFiltersRefuseInjection(t *testing.T) {
+	for _, f := range []Filters[string]{
+		{RequestHeaders: &HeaderModifier{Set: []Header{{"X-A", "v\r\nX-Injected: 1"}}}},
+		{RequestHeaders: &HeaderModifier{Add: []Header{{"X A", "v"}}}},
+		{ResponseHeaders: &HeaderModifier{Set: []Header{{"X-A", "v\x00"}}}},
+		{ResponseHeaders: &HeaderModifier{Remove: []string{"X:A"}}},
+		{Redirect: &Redirect{Hostname: "a.example\r\nX: y"}},
+		{Redirect: &Redirect{Path: &PathModifier{Value: "/a b"}}},
+		{Redirect: &Redirect{Scheme: "javascript"}},
+		{Rewrite: &Rewrite{Path: &PathModifier{Value: "/x HTTP/1.1\r\n\r\nGET /admin"}}},
+		{Rewrite: &Rewrite{Path: &PathModifier{Value: "/x?admin=1"}}},
+		{Rewrite: &Rewrite{Hostname: "a/b"}},
+	} {
+		r := rule("bad", nil)
+		r.Filters = f
+		if _, err := Compile([]Rule[string]{r}); err == nil {
+			t.Errorf("filters %+v compiled", f)
+		}
+	}
+	ok := rule("ok", nil)
+	ok.Filters = Filters[string]{RequestHeaders: &HeaderModifier{Set: []Header{{"X-A", "a\tb"}}}, Rewrite: &Rewrite{Hostname: "a-b.example", Path: &PathModifier{ReplacePrefix: true}}}
+	if _, err := Compile([]Rule[string]{ok}); err != nil {
+		t.Errorf("good filters refused: %v", err)
+	}
+}

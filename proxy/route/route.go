@@ -210,3 +210,25 @@ type Mirror[B any] struct {
 type Timeouts struct {
 	Request, BackendRequest time.Duration
 }
+
+// Resolve returns r with the targets of its backends and mirrors resolved
+// by find, as a translator naming backends turns names into the proxy's:
+// a backend find does not know is Invalid (its share answers 500), a
+// mirror it does not know is left out.
+func Resolve[A, B any](r Rule[A], find func(A) (B, bool)) Rule[B] {
+	out := Rule[B]{
+		Name: r.Name, Listener: r.Listener, Hostnames: r.Hostnames, Matches: r.Matches,
+		MaxBodySize: r.MaxBodySize, BufferRequestBody: r.BufferRequestBody, Order: r.Order, Timeouts: r.Timeouts,
+		Filters: Filters[B]{RequestHeaders: r.Filters.RequestHeaders, ResponseHeaders: r.Filters.ResponseHeaders, Redirect: r.Filters.Redirect, Rewrite: r.Filters.Rewrite},
+	}
+	for _, b := range r.Backends {
+		t, ok := find(b.Target)
+		out.Backends = append(out.Backends, Backend[B]{Target: t, Weight: b.Weight, Invalid: b.Invalid || !ok})
+	}
+	for _, m := range r.Filters.Mirrors {
+		if t, ok := find(m.Target); ok {
+			out.Filters.Mirrors = append(out.Filters.Mirrors, Mirror[B]{Target: t, Percent: m.Percent})
+		}
+	}
+	return out
+}

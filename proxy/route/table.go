@@ -223,6 +223,9 @@ func copyEntries[B any](es []*entry[B]) []*entry[B] {
 
 // compileRule compiles one rule and its matches.
 func compileRule[B any](r *Rule[B]) (*Compiled[B], []*entry[B], error) {
+	if err := checkFilters(&r.Filters); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", r.Name, err)
+	}
 	c := &Compiled[B]{Rule: *r, RequestEdit: newHeaderEdit(r.Filters.RequestHeaders), ResponseEdit: newHeaderEdit(r.Filters.ResponseHeaders)}
 	if rw := r.Filters.Rewrite; rw != nil && rw.Hostname != "" {
 		c.RewriteHost = []byte(rw.Hostname)
