@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 
 	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/proxy/kube"
 	"github.com/baton-proxy/baton/proxy/route"
 )
 
@@ -19,7 +21,7 @@ import (
 // gone has its idle connections closed. Problems (a backend whose name the
 // config has, a rule that does not compile) leave their part out and are
 // returned; the rest serves.
-func (p *Proxy) ApplyRouting(payload []byte) error {
+func (p *Proxy) ApplyRouting(ctx context.Context, payload []byte) error {
 	var r config.Routing
 	if err := json.Unmarshal(payload, &r); err != nil {
 		return fmt.Errorf("routing: %w", err)
@@ -32,12 +34,6 @@ func (p *Proxy) ApplyRouting(payload []byte) error {
 	for _, bc := range r.Backends {
 		if p.backends[bc.Name] != nil || next[bc.Name] != nil {
 			errs = append(errs, fmt.Errorf("routing: backend %q: the name is taken", bc.Name))
-			continue
-		}
-		if bc.Kubernetes != nil {
-			// Not yet: the Kubernetes watches are the config's, fixed at
-			// the worker's start.
-			errs = append(errs, fmt.Errorf("routing: backend %q: Kubernetes backends of a routing are not watched yet", bc.Name))
 			continue
 		}
 		bc.SetDefaults()
@@ -62,7 +58,13 @@ func (p *Proxy) ApplyRouting(payload []byte) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	// The new backends first (the routes still lead to the old ones):
+	// their Kubernetes endpoints are in place before a route leads to
+	// them.
 	p.dynamic.Store(&next)
+	if err := p.watchKube(ctx, kubeTargets(p.cfg.Backends, next)); err != nil {
+		errs = append(errs, err)
+	}
 	p.routes.Store(table)
 	for name, b := range old {
 		if next[name] != b {
@@ -70,6 +72,113 @@ func (p *Proxy) ApplyRouting(payload []byte) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// kubeTargets are the Kubernetes Services of the config's backends and of
+// a routing's.
+func kubeTargets(cfg []config.Backend, dynamic map[string]*backend) []kube.Target {
+	var ts []kube.Target
+	for _, bc := range cfg {
+		if t, ok := kubeTarget(&bc); ok {
+			ts = append(ts, t)
+		}
+	}
+	for _, b := range dynamic {
+		if t, ok := kubeTarget(&b.cfg); ok {
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+func kubeTarget(bc *config.Backend) (kube.Target, bool) {
+	k := bc.Kubernetes
+	if k == nil {
+		return kube.Target{}, false
+	}
+	return kube.Target{Backend: bc.Name, Namespace: k.Namespace(), Service: k.Name(), PortName: k.Port.Name, PortNumber: k.Port.Number, Mode: k.Mode}, true
+}
+
+// watchKube makes targets what the worker's Kubernetes watch watches, and
+// waits (until ctx ends) for their endpoints to be applied: it starts the
+// watch when none runs (the config named no Service). With no target and
+// no watch, it does nothing.
+func (p *Proxy) watchKube(ctx context.Context, targets []kube.Target) error {
+	p.kubeMu.Lock()
+	w, ended := p.kube, p.kubeDone
+	if w == nil {
+		defer p.kubeMu.Unlock()
+		if len(targets) == 0 {
+			return nil
+		}
+		return p.startKubeLocked(ctx, targets)
+	}
+	p.kubeMu.Unlock()
+	done := make(chan error, 1)
+	w.SetTargets(targets, done)
+	select {
+	case err := <-done:
+		return err
+	case <-ended:
+		return errors.New("kube: the watch ended")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// startKubeLocked starts the worker's Kubernetes watch on targets, and
+// waits (until ctx ends) for it to sync. It runs until StopKube.
+func (p *Proxy) startKubeLocked(ctx context.Context, targets []kube.Target) error {
+	src, err := p.kubeSource()
+	if err != nil {
+		return fmt.Errorf("kube: %w", err)
+	}
+	w := kube.New(src, targets, p.ApplyKube, p.log)
+	kctx, cancel := context.WithCancel(context.Background())
+	synced := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(kctx, synced)
+	}()
+	p.kube, p.kubeStop, p.kubeDone = w, cancel, done
+	select {
+	case err := <-synced:
+		return err
+	case <-done:
+		return errors.New("kube: the watch ended before it synced")
+	case <-ctx.Done():
+		return ctx.Err() // the watch goes on; StopKube ends it
+	}
+}
+
+// kubeSource is where the watch lists and watches: the API server of the
+// config's kubernetes section, unless a test set one.
+func (p *Proxy) kubeSource() (kube.Source, error) {
+	if p.testKubeSource != nil {
+		return p.testKubeSource, nil
+	}
+	kube.RouteKlog(p.log)
+	return kube.NewClient(p.cfg.Kubernetes.Kubeconfig, "baton")
+}
+
+// adoptKube makes w, started by the worker for the config's Services, the
+// watch that routings change; stop ends it.
+func (p *Proxy) adoptKube(w *kube.Watcher, stop func(), done <-chan struct{}) {
+	p.kubeMu.Lock()
+	defer p.kubeMu.Unlock()
+	p.kube, p.kubeStop, p.kubeDone = w, stop, done
+}
+
+// StopKube ends the Kubernetes watch, if one runs, and waits for it.
+func (p *Proxy) StopKube() {
+	p.kubeMu.Lock()
+	defer p.kubeMu.Unlock()
+	if p.kube != nil {
+		p.kubeStop()
+		<-p.kubeDone
+		p.kube = nil
+	}
 }
 
 // dynamicBackends returns the routing's backends by name (none before a

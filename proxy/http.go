@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-proxy/baton/proxy/h1"
@@ -44,6 +45,7 @@ type httpFrontend struct {
 	// maxMirrors); mirroring waits for their goroutines.
 	mirrors   chan struct{}
 	mirroring sync.WaitGroup
+	mirrored  atomic.Uint64 // copies sent
 
 	mu       sync.Mutex // protects live, h2live and draining
 	live     map[*h1conn]net.Conn

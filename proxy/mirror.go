@@ -60,6 +60,7 @@ func (f *httpFrontend) mirror(rt *routed, req *h1.Request, state bodyState, body
 			w.Write(body)
 		}
 		w.Flush()
+		f.mirrored.Add(1)
 		f.mirroring.Go(func() {
 			defer func() { <-f.mirrors }()
 			mirrorOnce(b, ep, head.Bytes())

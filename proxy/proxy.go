@@ -37,11 +37,19 @@ type Proxy struct {
 	// serializes).
 	dynamic   atomic.Pointer[map[string]*backend]
 	routingMu sync.Mutex
-	backends  map[string]*backend
-	https     []*httpFrontend
-	tcps      []*tcpFrontend
-	draining  atomic.Bool
-	stats     counters
+	// kube is the worker's Kubernetes watch, when one runs: started for
+	// the config's Services, or by the first routing that names one; its
+	// targets change with the routing.
+	kubeMu         sync.Mutex // protects kube, kubeStop, kubeDone
+	kube           *kube.Watcher
+	kubeStop       func()
+	kubeDone       <-chan struct{}
+	testKubeSource kube.Source // set by tests
+	backends       map[string]*backend
+	https          []*httpFrontend
+	tcps           []*tcpFrontend
+	draining       atomic.Bool
+	stats          counters
 	// gates are the listening sockets by listener and socket index, and
 	// paused the pause set they follow (SetPaused).
 	gatesMu sync.Mutex
@@ -306,8 +314,11 @@ func (p *Proxy) configErrors() error {
 // ApplyKube installs new endpoint sets, each for its backend alone: the
 // other backends, and the routes, stay as they are.
 func (p *Proxy) ApplyKube(us []kube.Update) {
+	dynamic := p.dynamicBackends()
 	for _, u := range us {
 		if b := p.backends[u.Backend]; b != nil {
+			b.update(u.Endpoints, u.Err)
+		} else if b := dynamic[u.Backend]; b != nil {
 			b.update(u.Endpoints, u.Err)
 		}
 	}

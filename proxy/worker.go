@@ -66,16 +66,41 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 	// and then as it changes.
 	w.OnPaused(p.SetPaused)
 	// A route provider's routing (the Gateway API's) is applied as it
-	// comes; the first, when the hello announces one, before ready: a
-	// worker that served without its routes would answer them 404.
-	routed := make(chan struct{})
-	var first sync.Once
+	// comes, the last one first when they come faster than they apply
+	// (one may wait for Kubernetes caches: not in the receiving
+	// goroutine, which must go on to hear a drain); the first, when the
+	// hello announces one, before ready: a worker that served without its
+	// routes would answer them 404.
+	defer p.StopKube()
+	routings := make(chan []byte, 1)
 	w.OnRouting(func(payload []byte) {
-		if err := p.ApplyRouting(payload); err != nil {
-			log.Warn("routing applied in part", zap.Error(err))
+		select {
+		case <-routings: // replaced by the newer one
+		default:
 		}
-		first.Do(func() { close(routed) })
+		routings <- payload
 	})
+	routed := make(chan struct{})
+	actx, stopApplying := context.WithCancel(context.Background())
+	var applier sync.WaitGroup
+	applier.Go(func() {
+		var first sync.Once
+		for {
+			select {
+			case payload := <-routings:
+				if err := p.ApplyRouting(actx, payload); err != nil {
+					log.Warn("routing applied in part", zap.Error(err))
+				}
+				first.Do(func() { close(routed) })
+			case <-actx.Done():
+				return
+			}
+		}
+	})
+	defer func() {
+		stopApplying()
+		applier.Wait()
+	}()
 	if w.Hello().Routing {
 		select {
 		case <-routed:
@@ -148,7 +173,8 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 const waitingInterval = 500 * time.Millisecond
 
 // startKube starts watching the Kubernetes Services of targets and waits
-// for the first endpoints. The returned function stops the watch.
+// for the first endpoints; the proxy owns the watch after. The returned
+// function stops it.
 func startKube(ctx context.Context, w *ipc.Worker, p *Proxy, cfg *config.Config, targets []kube.Target, log *zap.Logger) (func(), error) {
 	kube.RouteKlog(log)
 	client, err := kube.NewClient(cfg.Kubernetes.Kubeconfig, "baton")
@@ -199,5 +225,7 @@ wait:
 		return nil, err
 	}
 	log.Info("kubernetes caches synced", zap.Int("services", len(targets)), zap.Duration("after", time.Since(start)))
-	return stop, nil
+	// The proxy owns the watch from here: a routing changes its targets.
+	p.adoptKube(watcher, cancel, done)
+	return p.StopKube, nil
 }

@@ -125,6 +125,12 @@ func TestClusterIPMode(t *testing.T) {
 // watch runs a Watcher on a fake clientset and returns the batches it
 // applies.
 func startWatch(t *testing.T, targets []Target, objs ...any) (*fake.Clientset, chan []Update) {
+	client, batches, _ := startWatcher(t, targets, objs...)
+	return client, batches
+}
+
+// startWatcher is startWatch that returns the Watcher too.
+func startWatcher(t *testing.T, targets []Target, objs ...any) (*fake.Clientset, chan []Update, *Watcher) {
 	t.Helper()
 	var rt []any
 	rt = append(rt, objs...)
@@ -158,7 +164,7 @@ func startWatch(t *testing.T, targets []Target, objs ...any) (*fake.Clientset, c
 	case <-time.After(10 * time.Second):
 		t.Fatal("not synced")
 	}
-	return client, batches
+	return client, batches, w
 }
 
 func next(t *testing.T, c chan []Update) []Update {
@@ -248,4 +254,55 @@ func (f fakeSource) EndpointSlices(ns, selector string) cache.ListerWatcher {
 			return f.c.DiscoveryV1().EndpointSlices(ns).Watch(ctx, o)
 		},
 	}, f.c)
+}
+
+// SetTargets changes what a running watcher watches: a namespace and a
+// Service newly named are watched (synced before done says so, their
+// endpoints in one batch), one no longer named is let go and its changes
+// apply nothing.
+func TestWatcherSetTargets(t *testing.T) {
+	web := service("web", corev1.ServicePort{Name: "http", Port: 80})
+	api := service("api", corev1.ServicePort{Name: "http", Port: 80})
+	blog := service("blog", corev1.ServicePort{Name: "http", Port: 80})
+	blog.Namespace = "blog"
+	webSlice := slice("web-a", "web", discoveryv1.AddressTypeIPv4, "http", 8080, ep{ip: "198.18.0.1"})
+	apiSlice := slice("api-a", "api", discoveryv1.AddressTypeIPv4, "http", 8080, ep{ip: "198.18.0.2"})
+	blogSlice := slice("blog-a", "blog", discoveryv1.AddressTypeIPv4, "http", 8080, ep{ip: "198.18.0.3"})
+	blogSlice.Namespace = "blog"
+	target := func(backend, ns, svc string) Target {
+		return Target{Backend: backend, Namespace: ns, Service: svc, PortName: "http", Mode: ModeEndpoints}
+	}
+	client, batches, w := startWatcher(t, []Target{target("web", "shop", "web")}, web, api, blog, webSlice, apiSlice, blogSlice)
+	if u := next(t, batches); len(u) != 1 || u[0].Backend != "web" {
+		t.Fatalf("first batch: %+v", u)
+	}
+	done := make(chan error, 1)
+	w.SetTargets([]Target{target("web", "shop", "web"), target("api", "shop", "api"), target("blog", "blog", "blog")}, done)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Update{}
+	for _, u := range next(t, batches) {
+		got[u.Backend] = u
+	}
+	if len(got) != 2 || len(got["api"].Endpoints) != 1 || got["api"].Endpoints[0].Address != "198.18.0.2:8080" || len(got["blog"].Endpoints) != 1 {
+		t.Fatalf("after the new targets (web unchanged, so not again): %+v", got)
+	}
+	if why := w.Waiting(); why != "" {
+		t.Fatalf("waiting for %q after the sync", why)
+	}
+	// shop's Services leave: a change there applies nothing; blog's does.
+	w.SetTargets([]Target{target("blog", "blog", "blog")}, done)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s := apiSlice.DeepCopy()
+	s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{"198.18.0.9"}})
+	client.DiscoveryV1().EndpointSlices("shop").Update(context.Background(), s, metav1.UpdateOptions{})
+	b := blogSlice.DeepCopy()
+	b.Endpoints = append(b.Endpoints, discoveryv1.Endpoint{Addresses: []string{"198.18.0.4"}})
+	client.DiscoveryV1().EndpointSlices("blog").Update(context.Background(), b, metav1.UpdateOptions{})
+	if u := next(t, batches); len(u) != 1 || u[0].Backend != "blog" || len(u[0].Endpoints) != 2 {
+		t.Fatalf("after shop left: %+v", u)
+	}
 }

@@ -63,17 +63,21 @@ type Update struct {
 
 // Watcher watches the Services of its targets.
 type Watcher struct {
-	source  Source
-	targets []Target
-	apply   func([]Update)
-	log     *zap.Logger
+	source Source
+	apply  func([]Update)
+	log    *zap.Logger
 
+	// Run's goroutine changes them (SetTargets); the informers' callbacks
+	// read byService, Waiting reads caches.
+	mu        sync.Mutex           // protects dirty and byService
 	byService map[string][]*Target // namespace/name to targets
-	caches    map[string]*nsCache  // by namespace
+	dirty     map[string]struct{}
+	notify    chan struct{} // capacity 1: something is dirty
 
-	mu     sync.Mutex // protects dirty
-	dirty  map[string]struct{}
-	notify chan struct{} // capacity 1: something is dirty
+	cachesMu sync.Mutex          // protects caches
+	caches   map[string]*nsCache // by namespace
+
+	retarget chan retarget // capacity 1: the last SetTargets not taken yet
 
 	last map[string]string // backend to a fingerprint of its last update
 
@@ -84,10 +88,36 @@ type Watcher struct {
 // nsCache is the informers of one namespace: every Service, and the
 // EndpointSlices of the Services the targets name.
 type nsCache struct {
+	names     string // the Services, sorted, joined with ","
 	informers []cache.SharedIndexInformer
 	services  cache.Indexer
 	slices    cache.Indexer
 	synced    []cache.InformerSynced
+	stop      context.CancelFunc // ends the informers, once started
+	running   sync.WaitGroup
+}
+
+// start runs c's informers until parent ends or c.stop is called.
+func (c *nsCache) start(parent context.Context) {
+	ctx, cancel := context.WithCancel(parent)
+	c.stop = cancel
+	for _, inf := range c.informers {
+		c.running.Go(func() { inf.RunWithContext(ctx) })
+	}
+}
+
+// end stops c's informers and waits for them.
+func (c *nsCache) end() {
+	if c.stop != nil {
+		c.stop()
+	}
+	c.running.Wait()
+}
+
+// retarget is a SetTargets to apply, and who waits for it.
+type retarget struct {
+	targets []Target
+	done    chan<- error
 }
 
 // New returns a watcher of targets; apply receives every batch of updates,
@@ -95,34 +125,45 @@ type nsCache struct {
 // synced.
 func New(source Source, targets []Target, apply func([]Update), log *zap.Logger) *Watcher {
 	w := &Watcher{
-		source:    source,
-		targets:   targets,
-		apply:     apply,
-		log:       log.Named("kube"),
-		byService: make(map[string][]*Target),
-		caches:    make(map[string]*nsCache),
-		dirty:     make(map[string]struct{}),
-		notify:    make(chan struct{}, 1),
-		last:      make(map[string]string),
-		lastErr:   make(map[string]error),
+		source:   source,
+		apply:    apply,
+		log:      log.Named("kube"),
+		caches:   make(map[string]*nsCache),
+		dirty:    make(map[string]struct{}),
+		notify:   make(chan struct{}, 1),
+		retarget: make(chan retarget, 1),
+		last:     make(map[string]string),
+		lastErr:  make(map[string]error),
 	}
-	names := make(map[string][]string)
-	for i := range w.targets {
-		t := &w.targets[i]
-		if len(w.byService[t.key()]) == 0 {
-			names[t.Namespace] = append(names[t.Namespace], t.Service)
-		}
-		w.byService[t.key()] = append(w.byService[t.key()], t)
-	}
+	byService, names := plan(targets)
+	w.byService = byService
 	for ns, svcs := range names {
 		w.caches[ns] = w.newNSCache(ns, svcs)
 	}
 	return w
 }
 
+// plan indexes targets by their Service, and lists the Services of each
+// namespace, sorted.
+func plan(targets []Target) (map[string][]*Target, map[string][]string) {
+	byService := make(map[string][]*Target)
+	names := make(map[string][]string)
+	for i := range targets {
+		t := &targets[i]
+		if len(byService[t.key()]) == 0 {
+			names[t.Namespace] = append(names[t.Namespace], t.Service)
+		}
+		byService[t.key()] = append(byService[t.key()], t)
+	}
+	for _, svcs := range names {
+		sort.Strings(svcs)
+	}
+	return byService, names
+}
+
 func (w *Watcher) newNSCache(ns string, services []string) *nsCache {
-	sort.Strings(services)
-	selector := fmt.Sprintf("%s in (%s)", serviceNameLabel, strings.Join(services, ","))
+	joined := strings.Join(services, ",")
+	selector := fmt.Sprintf("%s in (%s)", serviceNameLabel, joined)
 	svcInf := cache.NewSharedIndexInformer(w.recording("namespace "+ns+" Services", w.source.Services(ns)), &corev1.Service{}, 0, cache.Indexers{})
 	// Slices are kept per slice name by the informer (an endpoint may move
 	// between slices), and indexed by their Service.
@@ -152,6 +193,7 @@ func (w *Watcher) newNSCache(ns string, services []string) *nsCache {
 	sliceInf.AddEventHandler(handler(true))
 
 	return &nsCache{
+		names:     joined,
 		informers: []cache.SharedIndexInformer{svcInf, sliceInf},
 		services:  svcInf.GetIndexer(),
 		slices:    sliceInf.GetIndexer(),
@@ -204,6 +246,8 @@ func (w *Watcher) noteErr(key, op string, err error) {
 // watches (the API server unreachable, a permission missing).
 func (w *Watcher) Waiting() string {
 	var parts []string
+	w.cachesMu.Lock()
+	defer w.cachesMu.Unlock()
 	for ns, c := range w.caches {
 		for i, synced := range c.synced {
 			if synced() {
@@ -240,12 +284,15 @@ func (w *Watcher) markObj(obj any, label bool) {
 		name = m.GetLabels()[serviceNameLabel]
 	}
 	key := m.GetNamespace() + "/" + name
-	if _, ours := w.byService[key]; !ours {
+	w.mu.Lock()
+	_, ours := w.byService[key]
+	if ours {
+		w.dirty[key] = struct{}{}
+	}
+	w.mu.Unlock()
+	if !ours {
 		return
 	}
-	w.mu.Lock()
-	w.dirty[key] = struct{}{}
-	w.mu.Unlock()
 	select {
 	case w.notify <- struct{}{}:
 	default:
@@ -256,14 +303,19 @@ func (w *Watcher) markObj(obj any, label bool) {
 // endpoints, reports on synced (nil, or the reason it could not sync), and
 // then applies changes until ctx ends, when it stops the informers.
 func (w *Watcher) Run(ctx context.Context, synced chan<- error) {
-	var running sync.WaitGroup
-	defer running.Wait() // the informers end with ctx
-	for _, c := range w.caches {
-		for _, inf := range c.informers {
-			running.Go(func() { inf.RunWithContext(ctx) })
+	defer func() { // the informers end with ctx
+		w.cachesMu.Lock()
+		defer w.cachesMu.Unlock()
+		for _, c := range w.caches {
+			c.end()
 		}
+	}()
+	w.cachesMu.Lock()
+	for _, c := range w.caches {
+		c.start(ctx)
 	}
-	for ns, c := range w.caches {
+	w.cachesMu.Unlock()
+	for ns, c := range w.caches { // only Run's goroutine changes caches
 		if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 			synced <- fmt.Errorf("kube: caches of namespace %s did not sync: %w", ns, ctx.Err())
 			return
@@ -282,8 +334,98 @@ func (w *Watcher) Run(ctx context.Context, synced chan<- error) {
 			return
 		case <-w.notify:
 			w.flush()
+		case rt := <-w.retarget:
+			err := w.setTargets(ctx, rt.targets)
+			if rt.done != nil {
+				rt.done <- err
+			}
 		}
 	}
+}
+
+// SetTargets replaces the watcher's targets, once Run runs: the
+// namespaces and Services newly named are watched, their caches synced,
+// before the new targets take effect (every one's endpoints applied in a
+// batch); those no longer named are let go. done, when set, gets nil
+// once that is done, or why not (it has room for the answer). A
+// SetTargets not taken yet is replaced by the next.
+func (w *Watcher) SetTargets(targets []Target, done chan<- error) {
+	rt := retarget{targets: append([]Target(nil), targets...), done: done}
+	for {
+		select {
+		case w.retarget <- rt:
+			return
+		default:
+		}
+		select {
+		case old := <-w.retarget: // replaced: it is answered as this one
+			if old.done != nil {
+				old.done <- errors.New("kube: targets replaced before they took effect")
+			}
+		default:
+		}
+	}
+}
+
+// setTargets does SetTargets' work in Run's goroutine. A namespace whose
+// Services changed gets new informers (the EndpointSlices' label selector
+// names them), which replace the old ones once synced.
+func (w *Watcher) setTargets(ctx context.Context, targets []Target) error {
+	byService, names := plan(targets)
+	fresh := make(map[string]*nsCache)
+	for ns, svcs := range names {
+		if c := w.caches[ns]; c != nil && c.names == strings.Join(svcs, ",") {
+			continue
+		}
+		c := w.newNSCache(ns, svcs)
+		c.start(ctx)
+		fresh[ns] = c
+	}
+	for ns, c := range fresh {
+		if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+			for _, c := range fresh {
+				c.end()
+			}
+			return fmt.Errorf("kube: caches of namespace %s did not sync: %w", ns, ctx.Err())
+		}
+	}
+	w.cachesMu.Lock()
+	var gone []*nsCache
+	for ns, c := range w.caches {
+		if _, kept := names[ns]; !kept || fresh[ns] != nil {
+			gone = append(gone, c)
+			delete(w.caches, ns)
+		}
+	}
+	for ns, c := range fresh {
+		w.caches[ns] = c
+	}
+	w.cachesMu.Unlock()
+	for _, c := range gone {
+		c.end()
+	}
+	w.mu.Lock()
+	w.byService = byService
+	for key := range byService {
+		w.dirty[key] = struct{}{}
+	}
+	w.mu.Unlock()
+	for backend := range w.last {
+		if !hasBackend(targets, backend) {
+			delete(w.last, backend)
+		}
+	}
+	w.flush()
+	return nil
+}
+
+func hasBackend(ts []Target, backend string) bool {
+	for i := range ts {
+		if ts[i].Backend == backend {
+			return true
+		}
+	}
+	return false
 }
 
 // flush recomputes the dirty Services and applies what changed.
@@ -291,10 +433,11 @@ func (w *Watcher) flush() {
 	w.mu.Lock()
 	dirty := w.dirty
 	w.dirty = make(map[string]struct{})
+	byService := w.byService
 	w.mu.Unlock()
 	var batch []Update
 	for key := range dirty {
-		for _, t := range w.byService[key] {
+		for _, t := range byService[key] {
 			u := w.compute(t)
 			fp := fingerprint(u)
 			if w.last[t.Backend] == fp {
