@@ -13,14 +13,12 @@ import (
 	"testing"
 
 	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/proxy/kube/kubetest"
 	"github.com/baton-proxy/baton/proxy/route"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 )
 
 func routingPayload(t *testing.T, r config.Routing) []byte {
@@ -104,34 +102,6 @@ func TestApplyRouting(t *testing.T) {
 	}
 }
 
-// fakeKube is a kube.Source on client-go's fake clientset (which cannot
-// stream a list through a watch: its ListerWatchers say so).
-type fakeKube struct{ c *fake.Clientset }
-
-func (f fakeKube) Services(ns string) cache.ListerWatcher {
-	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return f.c.CoreV1().Services(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return f.c.CoreV1().Services(ns).Watch(ctx, o)
-		},
-	}, f.c)
-}
-
-func (f fakeKube) EndpointSlices(ns, selector string) cache.ListerWatcher {
-	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = selector
-			return f.c.DiscoveryV1().EndpointSlices(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			return f.c.DiscoveryV1().EndpointSlices(ns).Watch(ctx, o)
-		},
-	}, f.c)
-}
-
 // A routing's backends may be Kubernetes Services: the worker starts its
 // watch for them (the config named none), and a route leads to one only
 // once its endpoints are in place, so the first request after the routing
@@ -167,7 +137,7 @@ func TestApplyRoutingWatchesKubernetes(t *testing.T) {
 	client.DiscoveryV1().EndpointSlices("blog").Create(ctx, endpoints("blog", "posts", other), metav1.CreateOptions{})
 
 	p, web, _ := startProxy(t, webConfig(hostOf(yaml)))
-	p.testKubeSource = fakeKube{client}
+	p.testKubeSource = kubetest.Source{C: client}
 	t.Cleanup(p.StopKube)
 	kubeBackend := func(name, service string) config.Backend {
 		return config.Backend{Name: name, Kubernetes: &config.KubeService{Service: service, Port: config.Port{Name: "http"}}}

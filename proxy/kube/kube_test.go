@@ -7,15 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-proxy/baton/proxy/kube/kubetest"
 	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -144,7 +142,7 @@ func startWatcher(t *testing.T, targets []Target, objs ...any) (*fake.Clientset,
 		}
 	}
 	batches := make(chan []Update, 16)
-	w := New(fakeSource{client}, targets, func(u []Update) { batches <- u }, zaptest.NewLogger(t))
+	w := New(kubetest.Source{C: client}, targets, func(u []Update) { batches <- u }, zaptest.NewLogger(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	synced := make(chan error, 1)
 	done := make(chan struct{})
@@ -224,36 +222,6 @@ func TestWatcherAppliesChangesOnly(t *testing.T) {
 	if len(u) != 1 || u[0].Backend != "gone" || u[0].Err != nil {
 		t.Fatalf("after the service appeared: %+v", u)
 	}
-}
-
-// fakeSource is a Source on client-go's fake clientset.
-type fakeSource struct{ c *fake.Clientset }
-
-// The fake clientset cannot stream a list through a watch: its
-// ListerWatchers say so, and the reflector lists instead.
-
-func (f fakeSource) Services(ns string) cache.ListerWatcher {
-	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return f.c.CoreV1().Services(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return f.c.CoreV1().Services(ns).Watch(ctx, o)
-		},
-	}, f.c)
-}
-
-func (f fakeSource) EndpointSlices(ns, selector string) cache.ListerWatcher {
-	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = selector
-			return f.c.DiscoveryV1().EndpointSlices(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			return f.c.DiscoveryV1().EndpointSlices(ns).Watch(ctx, o)
-		},
-	}, f.c)
 }
 
 // SetTargets changes what a running watcher watches: a namespace and a
