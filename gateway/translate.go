@@ -1,0 +1,576 @@
+// Package gateway is baton's Gateway API implementation: it turns the
+// GatewayClasses that name its controller, their Gateways, the HTTPRoutes
+// attached to them and the ReferenceGrants that allow their references
+// into what baton serves (listeners, and a routing of backends and rules
+// of the route model), and says so in their status.
+//
+// Translate is the whole translation, a pure function of what the cluster
+// holds (a Snapshot): the controller reads the cluster, translates, hands
+// the listeners and the routing to the supervisor, and writes the
+// statuses. The supervisor learns no Gateway API: it sees listeners and
+// an opaque routing payload.
+package gateway
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/proxy/route"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// DefaultControllerName is the controllerName of baton's GatewayClasses.
+const DefaultControllerName = "baton-proxy.github.io/gateway"
+
+// Snapshot is what the controller read of the cluster.
+type Snapshot struct {
+	Classes    []gwv1.GatewayClass
+	Gateways   []gwv1.Gateway
+	HTTPRoutes []gwv1.HTTPRoute
+	Grants     []gwv1.ReferenceGrant
+	// Services and Namespaces by name ("namespace/name", and name).
+	Services   map[string]*corev1.Service
+	Namespaces map[string]*corev1.Namespace
+}
+
+// Options are the controller's settings (the config's gateway section).
+type Options struct {
+	// ControllerName: GatewayClasses naming it are ours.
+	ControllerName string
+	// Addresses are the pool each Gateway gets its address from.
+	Addresses []netip.Prefix
+}
+
+// Listener is a socket baton serves a Gateway's listeners of one port on.
+type Listener struct {
+	// Name is the baton listener's: "gw/namespace/name:port".
+	Name    string
+	Address netip.AddrPort
+	// Protocol is the Gateway listeners' (HTTP).
+	Protocol gwv1.ProtocolType
+}
+
+// Result is what baton serves, and what the status says of each object.
+type Result struct {
+	Listeners []Listener
+	Routing   config.Routing
+	// Addresses are the Gateways' ("namespace/name").
+	Addresses map[string]netip.Addr
+	// Routes says, per HTTPRoute ("namespace/name") and per parent
+	// reference (by index), what became of it.
+	Routes map[string][]ParentStatus
+	// Attached counts the routes attached to each Gateway listener
+	// ("namespace/name/listener").
+	Attached map[string]int
+}
+
+// ParentStatus is what became of one parent reference of a route: the
+// Gateway API's Accepted and ResolvedRefs conditions, with their reasons.
+type ParentStatus struct {
+	Ref                                gwv1.ParentReference
+	Accepted                           bool
+	AcceptedReason, AcceptedMessage    string
+	ResolvedRefs                       bool
+	ResolvedReason, ResolvedRefMessage string
+}
+
+const (
+	gatewayGroup = gwv1.GroupName
+	kindGateway  = "Gateway"
+	kindRoute    = "HTTPRoute"
+	kindService  = "Service"
+)
+
+// Translate turns a snapshot into what baton serves.
+func Translate(s *Snapshot, opts Options) *Result {
+	res := &Result{Addresses: map[string]netip.Addr{}, Routes: map[string][]ParentStatus{}, Attached: map[string]int{}}
+	ours := map[string]bool{}
+	for _, c := range s.Classes {
+		if string(c.Spec.ControllerName) == opts.ControllerName {
+			ours[c.Name] = true
+		}
+	}
+	var gws []*gwv1.Gateway
+	for i := range s.Gateways {
+		if g := &s.Gateways[i]; ours[string(g.Spec.GatewayClassName)] {
+			gws = append(gws, g)
+		}
+	}
+	slices.SortFunc(gws, func(a, b *gwv1.Gateway) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
+	assignAddresses(gws, opts.Addresses, res.Addresses)
+
+	// The listeners, one baton listener per Gateway and port.
+	ports := map[string]*Listener{}
+	for _, g := range gws {
+		addr, ok := res.Addresses[key(&g.ObjectMeta)]
+		if !ok {
+			continue // the pool is spent: the Gateway is not programmed
+		}
+		for _, l := range g.Spec.Listeners {
+			if l.Protocol != gwv1.HTTPProtocolType {
+				continue // HTTPS, TLS and TCP are to come
+			}
+			name := listenerName(g, l.Port)
+			if ports[name] == nil {
+				ports[name] = &Listener{Name: name, Address: netip.AddrPortFrom(addr, uint16(l.Port)), Protocol: l.Protocol}
+				res.Listeners = append(res.Listeners, *ports[name])
+			}
+		}
+	}
+
+	// The routes.
+	t := &translator{s: s, res: res, backends: map[string]bool{}}
+	routes := make([]*gwv1.HTTPRoute, 0, len(s.HTTPRoutes))
+	for i := range s.HTTPRoutes {
+		routes = append(routes, &s.HTTPRoutes[i])
+	}
+	slices.SortFunc(routes, func(a, b *gwv1.HTTPRoute) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
+	for _, r := range routes {
+		t.route(r, gws)
+	}
+	slices.SortFunc(res.Routing.Backends, func(a, b config.Backend) int { return strings.Compare(a.Name, b.Name) })
+	return res
+}
+
+// olderFirst orders objects by creation, then namespace/name: the Gateway
+// API's order of precedence.
+func olderFirst(a, b *metav1.ObjectMeta) int {
+	if c := a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	return strings.Compare(key(a), key(b))
+}
+
+func key(m *metav1.ObjectMeta) string { return m.Namespace + "/" + m.Name }
+
+func listenerName(g *gwv1.Gateway, port gwv1.PortNumber) string {
+	return fmt.Sprintf("gw/%s/%s:%d", g.Namespace, g.Name, port)
+}
+
+// assignAddresses gives each Gateway one address of the pool: the one its
+// status has, when it is in the pool and free (so that an address stays a
+// Gateway's across restarts of the controller), else the first free one,
+// older Gateways first.
+func assignAddresses(gws []*gwv1.Gateway, pool []netip.Prefix, out map[string]netip.Addr) {
+	taken := map[netip.Addr]bool{}
+	inPool := func(a netip.Addr) bool {
+		for _, p := range pool {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	var rest []*gwv1.Gateway
+	for _, g := range gws {
+		kept := false
+		for _, sa := range g.Status.Addresses {
+			if a, err := netip.ParseAddr(sa.Value); err == nil && inPool(a) && !taken[a] {
+				out[key(&g.ObjectMeta)], taken[a], kept = a, true, true
+				break
+			}
+		}
+		if !kept {
+			rest = append(rest, g)
+		}
+	}
+	for _, g := range rest {
+	next:
+		for _, p := range pool {
+			for a := p.Masked().Addr(); p.Contains(a); a = a.Next() {
+				if !taken[a] {
+					out[key(&g.ObjectMeta)], taken[a] = a, true
+					break next
+				}
+			}
+		}
+	}
+}
+
+// translator turns routes into rules.
+type translator struct {
+	s        *Snapshot
+	res      *Result
+	backends map[string]bool
+}
+
+// route attaches r to the listeners its parent references name, and
+// translates its rules for each baton listener it is attached to.
+func (t *translator) route(r *gwv1.HTTPRoute, gws []*gwv1.Gateway) {
+	rkey := key(&r.ObjectMeta)
+	// The effective hostnames on each baton listener.
+	hosts := map[string][]string{}
+	var order []string
+	statuses := make([]ParentStatus, len(r.Spec.ParentRefs))
+	for i, ref := range r.Spec.ParentRefs {
+		ps := ParentStatus{Ref: ref}
+		g := findGateway(gws, &ref, r.Namespace)
+		if g == nil {
+			statuses[i] = ps // not ours: no status of ours
+			continue
+		}
+		matched, allowed, hostOK := false, false, false
+		for _, l := range g.Spec.Listeners {
+			if ref.SectionName != nil && *ref.SectionName != l.Name || ref.Port != nil && *ref.Port != l.Port {
+				continue
+			}
+			matched = true
+			if !t.allows(g, &l, r) {
+				continue
+			}
+			allowed = true
+			hs, ok := intersect(l.Hostname, r.Spec.Hostnames)
+			if !ok {
+				continue
+			}
+			hostOK = true
+			t.res.Attached[key(&g.ObjectMeta)+"/"+string(l.Name)]++
+			name := listenerName(g, l.Port)
+			if _, seen := hosts[name]; !seen {
+				order = append(order, name)
+			}
+			hosts[name] = union(hosts[name], hs)
+		}
+		switch {
+		case !matched:
+			ps.AcceptedReason, ps.AcceptedMessage = string(gwv1.RouteReasonNoMatchingParent), "no listener of the Gateway has that section name and port"
+		case !allowed:
+			ps.AcceptedReason, ps.AcceptedMessage = string(gwv1.RouteReasonNotAllowedByListeners), "the listeners do not allow this route (allowedRoutes)"
+		case !hostOK:
+			ps.AcceptedReason, ps.AcceptedMessage = string(gwv1.RouteReasonNoMatchingListenerHostname), "no hostname of the route matches the listeners'"
+		default:
+			ps.Accepted, ps.AcceptedReason = true, string(gwv1.RouteReasonAccepted)
+		}
+		statuses[i] = ps
+	}
+	resolved, reason, msg := true, string(gwv1.RouteReasonResolvedRefs), ""
+	for _, name := range order {
+		for ri := range r.Spec.Rules {
+			rule, ok, why, m := t.rule(r, ri, name, hosts[name])
+			if !ok && resolved {
+				resolved, reason, msg = false, why, m
+			}
+			t.res.Routing.Rules = append(t.res.Routing.Rules, rule)
+		}
+	}
+	for i := range statuses {
+		statuses[i].ResolvedRefs, statuses[i].ResolvedReason, statuses[i].ResolvedRefMessage = resolved, reason, msg
+	}
+	t.res.Routes[rkey] = statuses
+}
+
+// findGateway returns the Gateway of ours that ref names, or nil.
+func findGateway(gws []*gwv1.Gateway, ref *gwv1.ParentReference, routeNS string) *gwv1.Gateway {
+	if ref.Group != nil && *ref.Group != gatewayGroup || ref.Kind != nil && *ref.Kind != kindGateway {
+		return nil
+	}
+	ns := routeNS
+	if ref.Namespace != nil {
+		ns = string(*ref.Namespace)
+	}
+	for _, g := range gws {
+		if g.Namespace == ns && g.Name == string(ref.Name) {
+			return g
+		}
+	}
+	return nil
+}
+
+// allows reports whether listener l of g lets route r attach
+// (allowedRoutes: its kinds, and the namespaces it takes routes from).
+func (t *translator) allows(g *gwv1.Gateway, l *gwv1.Listener, r *gwv1.HTTPRoute) bool {
+	ar := l.AllowedRoutes
+	if ar != nil && len(ar.Kinds) > 0 && !slices.ContainsFunc(ar.Kinds, func(k gwv1.RouteGroupKind) bool {
+		return k.Kind == kindRoute && (k.Group == nil || *k.Group == gatewayGroup)
+	}) {
+		return false
+	}
+	from := gwv1.NamespacesFromSame
+	if ar != nil && ar.Namespaces != nil && ar.Namespaces.From != nil {
+		from = *ar.Namespaces.From
+	}
+	switch from {
+	case gwv1.NamespacesFromAll:
+		return true
+	case gwv1.NamespacesFromSelector:
+		ns := t.s.Namespaces[r.Namespace]
+		if ns == nil || ar.Namespaces.Selector == nil {
+			return false
+		}
+		sel, err := metav1.LabelSelectorAsSelector(ar.Namespaces.Selector)
+		return err == nil && sel.Matches(labels.Set(ns.Labels))
+	case gwv1.NamespacesFromNone:
+		return false
+	}
+	return r.Namespace == g.Namespace
+}
+
+// intersect returns the hostnames a route takes on a listener (the Gateway
+// API's intersection): the route's that the listener's takes, narrowed to
+// the listener's where the route's wildcard is wider; the listener's when
+// the route names none; the route's when the listener names none. ok is
+// false when both name hostnames and none intersect.
+func intersect(listener *gwv1.Hostname, route []gwv1.Hostname) ([]string, bool) {
+	if listener == nil || *listener == "" {
+		out := make([]string, len(route))
+		for i, h := range route {
+			out[i] = string(h)
+		}
+		return out, true
+	}
+	l := strings.ToLower(string(*listener))
+	if len(route) == 0 {
+		return []string{l}, true
+	}
+	var out []string
+	for _, rh := range route {
+		h := strings.ToLower(string(rh))
+		switch {
+		case h == l:
+			out = append(out, h)
+		case covers(l, h):
+			out = append(out, h) // the route's is narrower
+		case covers(h, l):
+			out = append(out, l) // the listener's is narrower
+		}
+	}
+	return out, len(out) > 0
+}
+
+// covers reports whether wildcard hostname w ("*.example.com") takes every
+// host h takes: h is under its suffix (one label or more), or h is a
+// wildcard of a longer suffix.
+func covers(w, h string) bool {
+	if !strings.HasPrefix(w, "*.") || h == w {
+		return false
+	}
+	suffix := w[1:] // ".example.com"
+	return strings.HasSuffix(h, suffix) && len(h) > len(suffix)
+}
+
+func union(a, b []string) []string {
+	for _, h := range b {
+		if !slices.Contains(a, h) {
+			a = append(a, h)
+		}
+	}
+	return a
+}
+
+// rule translates rule ri of r for baton listener name, whose hostnames
+// are hosts. ok is false when a reference could not be resolved, with the
+// ResolvedRefs reason and message.
+func (t *translator) rule(r *gwv1.HTTPRoute, ri int, listener string, hosts []string) (rule route.Rule[string], ok bool, reason, msg string) {
+	rr := &r.Spec.Rules[ri]
+	rule = route.Rule[string]{
+		Name:      fmt.Sprintf("httproute %s/%s rule %d", r.Namespace, r.Name, ri),
+		Listener:  listener,
+		Hostnames: hosts,
+		Order:     route.Order{Created: r.CreationTimestamp.Time, Route: key(&r.ObjectMeta), Index: ri},
+	}
+	for _, m := range rr.Matches {
+		rule.Matches = append(rule.Matches, match(&m))
+	}
+	ok = true
+	for _, f := range rr.Filters {
+		switch f.Type {
+		case gwv1.HTTPRouteFilterRequestHeaderModifier:
+			rule.Filters.RequestHeaders = headers(f.RequestHeaderModifier)
+		case gwv1.HTTPRouteFilterResponseHeaderModifier:
+			rule.Filters.ResponseHeaders = headers(f.ResponseHeaderModifier)
+		case gwv1.HTTPRouteFilterRequestRedirect:
+			rule.Filters.Redirect = redirect(f.RequestRedirect)
+		case gwv1.HTTPRouteFilterURLRewrite:
+			rule.Filters.Rewrite = rewrite(f.URLRewrite)
+		case gwv1.HTTPRouteFilterRequestMirror:
+			if m := f.RequestMirror; m != nil {
+				if name, good, why, text := t.backend(r, &m.BackendRef); good {
+					pct := 100
+					if m.Percent != nil {
+						pct = int(*m.Percent)
+					} else if fr := m.Fraction; fr != nil && fr.Denominator != nil && *fr.Denominator > 0 {
+						pct = int(100 * fr.Numerator / *fr.Denominator)
+					}
+					rule.Filters.Mirrors = append(rule.Filters.Mirrors, route.Mirror[string]{Target: name, Percent: max(pct, 1)})
+				} else if ok {
+					ok, reason, msg = false, why, text
+				}
+			}
+		}
+	}
+	if to := rr.Timeouts; to != nil {
+		rule.Timeouts.Request = duration(to.Request)
+		rule.Timeouts.BackendRequest = duration(to.BackendRequest)
+	}
+	for i := range rr.BackendRefs {
+		br := &rr.BackendRefs[i]
+		w := 1
+		if br.Weight != nil {
+			w = int(*br.Weight)
+		}
+		name, good, why, text := t.backend(r, &br.BackendObjectReference)
+		if !good && ok {
+			ok, reason, msg = false, why, text
+		}
+		rule.Backends = append(rule.Backends, route.Backend[string]{Target: name, Weight: w, Invalid: !good})
+	}
+	return rule, ok, reason, msg
+}
+
+// backend resolves a backend reference of r: a Service (of r's namespace,
+// or of another that a ReferenceGrant opens to r's), by name and port. It
+// adds the backend to the routing the first time, and returns its name,
+// or false with the ResolvedRefs reason.
+func (t *translator) backend(r *gwv1.HTTPRoute, ref *gwv1.BackendObjectReference) (string, bool, string, string) {
+	if ref.Group != nil && *ref.Group != "" && *ref.Group != "core" || ref.Kind != nil && *ref.Kind != kindService {
+		return "", false, string(gwv1.RouteReasonInvalidKind), fmt.Sprintf("backend %s: only Services", ref.Name)
+	}
+	ns := r.Namespace
+	if ref.Namespace != nil {
+		ns = string(*ref.Namespace)
+	}
+	if ns != r.Namespace && !t.granted(r.Namespace, ns, string(ref.Name)) {
+		return "", false, string(gwv1.RouteReasonRefNotPermitted), fmt.Sprintf("backend %s/%s: no ReferenceGrant in %s allows it", ns, ref.Name, ns)
+	}
+	svc := t.s.Services[ns+"/"+string(ref.Name)]
+	if svc == nil {
+		return "", false, string(gwv1.RouteReasonBackendNotFound), fmt.Sprintf("backend %s/%s: no such Service", ns, ref.Name)
+	}
+	if ref.Port == nil {
+		return "", false, string(gwv1.RouteReasonUnsupportedValue), fmt.Sprintf("backend %s/%s: no port", ns, ref.Name)
+	}
+	name := fmt.Sprintf("k8s/%s/%s:%d", ns, ref.Name, *ref.Port)
+	if !t.backends[name] {
+		t.backends[name] = true
+		t.res.Routing.Backends = append(t.res.Routing.Backends, config.Backend{
+			Name:       name,
+			Kubernetes: &config.KubeService{Service: ns + "/" + string(ref.Name), Port: config.Port{Number: int32(*ref.Port)}},
+		})
+	}
+	return name, true, "", ""
+}
+
+// granted reports whether a ReferenceGrant in namespace to lets HTTPRoutes
+// of namespace from reach the Service name.
+func (t *translator) granted(from, to, name string) bool {
+	for _, g := range t.s.Grants {
+		if g.Namespace != to {
+			continue
+		}
+		okFrom := slices.ContainsFunc(g.Spec.From, func(f gwv1.ReferenceGrantFrom) bool {
+			return f.Group == gatewayGroup && f.Kind == kindRoute && string(f.Namespace) == from
+		})
+		okTo := slices.ContainsFunc(g.Spec.To, func(to gwv1.ReferenceGrantTo) bool {
+			return (to.Group == "" || to.Group == "core") && to.Kind == kindService && (to.Name == nil || string(*to.Name) == name)
+		})
+		if okFrom && okTo {
+			return true
+		}
+	}
+	return false
+}
+
+func match(m *gwv1.HTTPRouteMatch) route.Match {
+	out := route.Match{Path: route.PathMatch{Type: route.PathPrefix, Value: "/"}}
+	if p := m.Path; p != nil {
+		if p.Value != nil {
+			out.Path.Value = *p.Value
+		}
+		if p.Type != nil {
+			switch *p.Type {
+			case gwv1.PathMatchExact:
+				out.Path.Type = route.PathExact
+			case gwv1.PathMatchRegularExpression:
+				out.Path.Type = route.PathRegex
+			}
+		}
+	}
+	if m.Method != nil {
+		out.Method = string(*m.Method)
+	}
+	for _, h := range m.Headers {
+		out.Headers = append(out.Headers, route.ValueMatch{Name: string(h.Name), Value: h.Value, Regex: h.Type != nil && *h.Type == gwv1.HeaderMatchRegularExpression})
+	}
+	for _, q := range m.QueryParams {
+		out.Query = append(out.Query, route.ValueMatch{Name: string(q.Name), Value: q.Value, Regex: q.Type != nil && *q.Type == gwv1.QueryParamMatchRegularExpression})
+	}
+	return out
+}
+
+func headers(f *gwv1.HTTPHeaderFilter) *route.HeaderModifier {
+	if f == nil {
+		return nil
+	}
+	m := &route.HeaderModifier{Remove: f.Remove}
+	for _, h := range f.Set {
+		m.Set = append(m.Set, route.Header{Name: string(h.Name), Value: h.Value})
+	}
+	for _, h := range f.Add {
+		m.Add = append(m.Add, route.Header{Name: string(h.Name), Value: h.Value})
+	}
+	return m
+}
+
+func pathModifier(p *gwv1.HTTPPathModifier) *route.PathModifier {
+	switch {
+	case p == nil:
+		return nil
+	case p.Type == gwv1.PrefixMatchHTTPPathModifier && p.ReplacePrefixMatch != nil:
+		return &route.PathModifier{ReplacePrefix: true, Value: *p.ReplacePrefixMatch}
+	case p.ReplaceFullPath != nil:
+		return &route.PathModifier{Value: *p.ReplaceFullPath}
+	}
+	return nil
+}
+
+func redirect(f *gwv1.HTTPRequestRedirectFilter) *route.Redirect {
+	if f == nil {
+		return nil
+	}
+	r := &route.Redirect{Path: pathModifier(f.Path)}
+	if f.Scheme != nil {
+		r.Scheme = *f.Scheme
+	}
+	if f.Hostname != nil {
+		r.Hostname = string(*f.Hostname)
+	}
+	if f.Port != nil {
+		r.Port = int(*f.Port)
+	}
+	if f.StatusCode != nil {
+		r.StatusCode = *f.StatusCode
+	}
+	return r
+}
+
+func rewrite(f *gwv1.HTTPURLRewriteFilter) *route.Rewrite {
+	if f == nil {
+		return nil
+	}
+	r := &route.Rewrite{Path: pathModifier(f.Path)}
+	if f.Hostname != nil {
+		r.Hostname = string(*f.Hostname)
+	}
+	return r
+}
+
+// duration parses a Gateway API duration (Go's syntax is a superset of
+// GEP-2257's); zero when absent or not a duration (the API server's
+// validation refuses those).
+func duration(d *gwv1.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	v, err := time.ParseDuration(string(*d))
+	if err != nil {
+		return 0
+	}
+	return v
+}

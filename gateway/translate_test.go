@@ -1,0 +1,331 @@
+package gateway
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/baton-proxy/baton/proxy/route"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func meta(ns, name string, age int) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: ns, Name: name, CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Second))}
+}
+
+func class(name, controller string) gwv1.GatewayClass {
+	return gwv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: gwv1.GatewayClassSpec{ControllerName: gwv1.GatewayController(controller)}}
+}
+
+func gateway(ns, name, class string, age int, ls ...gwv1.Listener) gwv1.Gateway {
+	return gwv1.Gateway{ObjectMeta: meta(ns, name, age), Spec: gwv1.GatewaySpec{GatewayClassName: gwv1.ObjectName(class), Listeners: ls}}
+}
+
+func listener(name string, port int32, host string) gwv1.Listener {
+	l := gwv1.Listener{Name: gwv1.SectionName(name), Port: gwv1.PortNumber(port), Protocol: gwv1.HTTPProtocolType}
+	if host != "" {
+		l.Hostname = ptr(gwv1.Hostname(host))
+	}
+	return l
+}
+
+func service(ns, name string) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+}
+
+// httpRoute attaches to gateway gw (namespace/name) with hostnames, one
+// rule of a PathPrefix match to a Service backend of port 8080.
+func httpRoute(ns, name string, age int, gw string, hosts []string, prefix, svc string) gwv1.HTTPRoute {
+	gns, gname := splitKey(gw)
+	r := gwv1.HTTPRoute{ObjectMeta: meta(ns, name, age)}
+	r.Spec.ParentRefs = []gwv1.ParentReference{{Namespace: ptr(gwv1.Namespace(gns)), Name: gwv1.ObjectName(gname)}}
+	for _, h := range hosts {
+		r.Spec.Hostnames = append(r.Spec.Hostnames, gwv1.Hostname(h))
+	}
+	r.Spec.Rules = []gwv1.HTTPRouteRule{{
+		Matches:     []gwv1.HTTPRouteMatch{{Path: &gwv1.HTTPPathMatch{Type: ptr(gwv1.PathMatchPathPrefix), Value: ptr(prefix)}}},
+		BackendRefs: []gwv1.HTTPBackendRef{{BackendRef: gwv1.BackendRef{BackendObjectReference: gwv1.BackendObjectReference{Name: gwv1.ObjectName(svc), Port: ptr(gwv1.PortNumber(8080))}}}},
+	}}
+	return r
+}
+
+func splitKey(k string) (string, string) {
+	for i := range len(k) {
+		if k[i] == '/' {
+			return k[:i], k[i+1:]
+		}
+	}
+	return "", k
+}
+
+var opts = Options{ControllerName: DefaultControllerName, Addresses: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/30")}}
+
+// table compiles a result's rules as a worker does (backend names as
+// targets) and answers which backend a request on a listener reaches.
+func table(t *testing.T, res *Result) func(listener, host, path string) string {
+	t.Helper()
+	tb, err := route.Compile(res.Routing.Rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(listener, host, path string) string {
+		c, _ := tb.Match(listener, &route.Request{Host: []byte(host), Path: []byte(path), Method: []byte("GET"), Fields: noFields{}})
+		if c == nil {
+			return "404"
+		}
+		b, ok := c.Pick()
+		if !ok {
+			return "500"
+		}
+		return b
+	}
+}
+
+type noFields struct{}
+
+func (noFields) Field(string) []byte { return nil }
+
+// Only GatewayClasses that name baton's controller count; each of their
+// Gateways gets an address of the pool (the one its status has, when it
+// is free, else the first free, older Gateways first), and one baton
+// listener per port.
+func TestGatewaysAndAddresses(t *testing.T) {
+	kept := gateway("infra", "kept", "baton", 3, listener("http", 80, ""), listener("other", 8080, ""))
+	kept.Status.Addresses = []gwv1.GatewayStatusAddress{{Value: "198.18.64.2"}}
+	s := &Snapshot{
+		Classes: []gwv1.GatewayClass{class("baton", DefaultControllerName), class("other", "example.com/other")},
+		Gateways: []gwv1.Gateway{
+			kept,
+			gateway("infra", "new", "baton", 1, listener("http", 80, "")),
+			gateway("infra", "theirs", "other", 0, listener("http", 80, "")),
+		},
+	}
+	res := Translate(s, opts)
+	if got := res.Addresses["infra/kept"].String(); got != "198.18.64.2" {
+		t.Errorf("kept Gateway got %s, want its status's 198.18.64.2", got)
+	}
+	if got := res.Addresses["infra/new"].String(); got != "198.18.64.0" {
+		t.Errorf("new Gateway got %s, want the first free", got)
+	}
+	if _, ok := res.Addresses["infra/theirs"]; ok {
+		t.Error("a Gateway of another controller's class got an address")
+	}
+	names := map[string]string{}
+	for _, l := range res.Listeners {
+		names[l.Name] = l.Address.String()
+	}
+	want := map[string]string{"gw/infra/kept:80": "198.18.64.2:80", "gw/infra/kept:8080": "198.18.64.2:8080", "gw/infra/new:80": "198.18.64.0:80"}
+	if len(names) != len(want) {
+		t.Fatalf("listeners %v, want %v", names, want)
+	}
+	for n, a := range want {
+		if names[n] != a {
+			t.Errorf("listener %s at %s, want %s", n, names[n], a)
+		}
+	}
+}
+
+// Hostname intersection (HTTPRouteSpec.Hostnames; conformance test
+// HTTPRouteHostnameIntersection): the listener's takes the route's exact
+// names under it and narrower wildcards; a wider wildcard of the route's
+// narrows to the listener's.
+func TestIntersect(t *testing.T) {
+	for _, tc := range []struct {
+		listener string
+		route    []string
+		want     []string
+		ok       bool
+	}{
+		{"very.specific.com", []string{"non.matching.com", "*.nonmatchingwildcard.io", "very.specific.com"}, []string{"very.specific.com"}, true},
+		{"*.wildcard.io", []string{"non.matching.com", "wildcard.io", "foo.wildcard.io", "foo.bar.wildcard.io"}, []string{"foo.wildcard.io", "foo.bar.wildcard.io"}, true},
+		{"very.specific.com", []string{"*.specific.com"}, []string{"very.specific.com"}, true},
+		{"*.anotherwildcard.io", []string{"*.anotherwildcard.io"}, []string{"*.anotherwildcard.io"}, true},
+		{"*.example.com", []string{"*.foo.example.com"}, []string{"*.foo.example.com"}, true},
+		{"*.foo.example.com", []string{"*.example.com"}, []string{"*.foo.example.com"}, true},
+		{"a.example.com", nil, []string{"a.example.com"}, true},
+		{"", []string{"x.test"}, []string{"x.test"}, true},
+		{"a.example.com", []string{"b.example.com", "example.com"}, nil, false},
+	} {
+		var l *gwv1.Hostname
+		if tc.listener != "" {
+			l = ptr(gwv1.Hostname(tc.listener))
+		}
+		var hs []gwv1.Hostname
+		for _, h := range tc.route {
+			hs = append(hs, gwv1.Hostname(h))
+		}
+		got, ok := intersect(l, hs)
+		if ok != tc.ok || len(got) != len(tc.want) {
+			t.Errorf("%q ∩ %q = %q %v, want %q %v", tc.listener, tc.route, got, ok, tc.want, tc.ok)
+			continue
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("%q ∩ %q = %q, want %q", tc.listener, tc.route, got, tc.want)
+			}
+		}
+	}
+}
+
+// Attachment and its conditions (RouteConditionReason): a route attaches
+// to the listeners its parent reference names (sectionName, port) that
+// allow it (allowedRoutes: Same by default, All, a namespace selector) and
+// whose hostnames intersect its own; otherwise it is not accepted, with the
+// reason. What attaches is served on the Gateway's baton listener.
+func TestAttachment(t *testing.T) {
+	all := listener("all", 80, "")
+	all.AllowedRoutes = &gwv1.AllowedRoutes{Namespaces: &gwv1.RouteNamespaces{From: ptr(gwv1.NamespacesFromAll)}}
+	sel := listener("selected", 8080, "")
+	sel.AllowedRoutes = &gwv1.AllowedRoutes{Namespaces: &gwv1.RouteNamespaces{From: ptr(gwv1.NamespacesFromSelector),
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "web"}}}}
+	gw := gateway("infra", "gw", "baton", 0, listener("same", 80, "a.example"), all, sel)
+	wrongSection := httpRoute("infra", "wrong-section", 1, "infra/gw", nil, "/", "svc")
+	wrongSection.Spec.ParentRefs[0].SectionName = ptr(gwv1.SectionName("nope"))
+	sameOnly := httpRoute("apps", "same-only", 2, "infra/gw", nil, "/", "svc")
+	sameOnly.Spec.ParentRefs[0].SectionName = ptr(gwv1.SectionName("same"))
+	badHost := httpRoute("infra", "bad-host", 3, "infra/gw", []string{"b.example"}, "/", "svc")
+	badHost.Spec.ParentRefs[0].SectionName = ptr(gwv1.SectionName("same"))
+	viaSelector := httpRoute("web", "via-selector", 4, "infra/gw", nil, "/sel", "svc")
+	viaSelector.Spec.ParentRefs[0].Port = ptr(gwv1.PortNumber(8080))
+	s := &Snapshot{
+		Classes:    []gwv1.GatewayClass{class("baton", DefaultControllerName)},
+		Gateways:   []gwv1.Gateway{gw},
+		HTTPRoutes: []gwv1.HTTPRoute{wrongSection, sameOnly, badHost, viaSelector, httpRoute("apps", "everywhere", 5, "infra/gw", nil, "/all", "svc")},
+		Services:   map[string]*corev1.Service{"apps/svc": service("apps", "svc"), "infra/svc": service("infra", "svc"), "web/svc": service("web", "svc")},
+		Namespaces: map[string]*corev1.Namespace{"web": {ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"team": "web"}}}, "apps": {ObjectMeta: metav1.ObjectMeta{Name: "apps"}}},
+	}
+	res := Translate(s, opts)
+	for route, want := range map[string]string{
+		"infra/wrong-section": string(gwv1.RouteReasonNoMatchingParent),
+		"apps/same-only":      string(gwv1.RouteReasonNotAllowedByListeners),
+		"infra/bad-host":      string(gwv1.RouteReasonNoMatchingListenerHostname),
+		"web/via-selector":    string(gwv1.RouteReasonAccepted),
+		"apps/everywhere":     string(gwv1.RouteReasonAccepted),
+	} {
+		ps := res.Routes[route]
+		if len(ps) != 1 || ps[0].AcceptedReason != want || ps[0].Accepted != (want == string(gwv1.RouteReasonAccepted)) {
+			t.Errorf("%s: %+v, want %s", route, ps, want)
+		}
+	}
+	if n := res.Attached["infra/gw/all"]; n != 1 {
+		t.Errorf("listener all has %d routes, want 1", n)
+	}
+	at := table(t, res)
+	if got := at("gw/infra/gw:80", "x.example", "/all/x"); got != "k8s/apps/svc:8080" {
+		t.Errorf("/all/x on :80: %s", got)
+	}
+	if got := at("gw/infra/gw:8080", "x.example", "/sel"); got != "k8s/web/svc:8080" {
+		t.Errorf("/sel on :8080: %s", got)
+	}
+}
+
+// Backend references (HTTPBackendRef): a Service of the route's namespace,
+// or of another whose ReferenceGrant lets the route's reach it; a missing
+// Service, an unknown kind, a reference no grant allows are invalid:
+// ResolvedRefs false with the spec's reason, and 500 for their share.
+func TestBackendRefs(t *testing.T) {
+	gw := gateway("infra", "gw", "baton", 0, func() gwv1.Listener {
+		l := listener("http", 80, "")
+		l.AllowedRoutes = &gwv1.AllowedRoutes{Namespaces: &gwv1.RouteNamespaces{From: ptr(gwv1.NamespacesFromAll)}}
+		return l
+	}())
+	granted := httpRoute("apps", "granted", 1, "infra/gw", []string{"granted.example"}, "/", "db")
+	granted.Spec.Rules[0].BackendRefs[0].Namespace = ptr(gwv1.Namespace("data"))
+	denied := httpRoute("other", "denied", 2, "infra/gw", []string{"denied.example"}, "/", "db")
+	denied.Spec.Rules[0].BackendRefs[0].Namespace = ptr(gwv1.Namespace("data"))
+	missing := httpRoute("apps", "missing", 3, "infra/gw", []string{"missing.example"}, "/", "nope")
+	kind := httpRoute("apps", "kind", 4, "infra/gw", []string{"kind.example"}, "/", "svc")
+	kind.Spec.Rules[0].BackendRefs[0].Kind = ptr(gwv1.Kind("Bucket"))
+	s := &Snapshot{
+		Classes:    []gwv1.GatewayClass{class("baton", DefaultControllerName)},
+		Gateways:   []gwv1.Gateway{gw},
+		HTTPRoutes: []gwv1.HTTPRoute{granted, denied, missing, kind},
+		Services:   map[string]*corev1.Service{"data/db": service("data", "db"), "apps/svc": service("apps", "svc")},
+		Grants: []gwv1.ReferenceGrant{{ObjectMeta: metav1.ObjectMeta{Namespace: "data", Name: "apps-to-db"}, Spec: gwv1.ReferenceGrantSpec{
+			From: []gwv1.ReferenceGrantFrom{{Group: gwv1.GroupName, Kind: "HTTPRoute", Namespace: "apps"}},
+			To:   []gwv1.ReferenceGrantTo{{Kind: "Service", Name: ptr(gwv1.ObjectName("db"))}},
+		}}},
+	}
+	res := Translate(s, opts)
+	for route, want := range map[string]string{
+		"apps/granted": string(gwv1.RouteReasonResolvedRefs),
+		"other/denied": string(gwv1.RouteReasonRefNotPermitted),
+		"apps/missing": string(gwv1.RouteReasonBackendNotFound),
+		"apps/kind":    string(gwv1.RouteReasonInvalidKind),
+	} {
+		ps := res.Routes[route]
+		if len(ps) != 1 || ps[0].ResolvedReason != want || ps[0].ResolvedRefs != (want == string(gwv1.RouteReasonResolvedRefs)) || !ps[0].Accepted {
+			t.Errorf("%s: %+v, want accepted and %s", route, ps, want)
+		}
+	}
+	at := table(t, res)
+	for host, want := range map[string]string{"granted.example": "k8s/data/db:8080", "denied.example": "500", "missing.example": "500", "kind.example": "500"} {
+		if got := at("gw/infra/gw:80", host, "/"); got != want {
+			t.Errorf("%s: %s, want %s", host, got, want)
+		}
+	}
+	if len(res.Routing.Backends) != 1 || res.Routing.Backends[0].Kubernetes.Service != "data/db" || res.Routing.Backends[0].Kubernetes.Port.Number != 8080 {
+		t.Errorf("backends %+v, want the granted Service only", res.Routing.Backends)
+	}
+}
+
+// Rules keep the Gateway API's meaning: their matches, filters and
+// timeouts, and the order of precedence between routes (the older first,
+// HTTPRouteRule.Matches).
+func TestRuleTranslation(t *testing.T) {
+	gw := gateway("infra", "gw", "baton", 0, listener("http", 80, ""))
+	older := httpRoute("infra", "older", 1, "infra/gw", nil, "/same", "a")
+	newer := httpRoute("infra", "newer", 2, "infra/gw", nil, "/same", "b")
+	filtered := httpRoute("infra", "filtered", 3, "infra/gw", nil, "/f", "a")
+	rr := &filtered.Spec.Rules[0]
+	rr.Matches[0].Method = ptr(gwv1.HTTPMethodPost)
+	rr.Matches[0].Headers = []gwv1.HTTPHeaderMatch{{Name: "X-Env", Value: "stag.*", Type: ptr(gwv1.HeaderMatchRegularExpression)}}
+	rr.Filters = []gwv1.HTTPRouteFilter{
+		{Type: gwv1.HTTPRouteFilterRequestHeaderModifier, RequestHeaderModifier: &gwv1.HTTPHeaderFilter{Set: []gwv1.HTTPHeader{{Name: "X-A", Value: "1"}}, Remove: []string{"X-B"}}},
+		{Type: gwv1.HTTPRouteFilterURLRewrite, URLRewrite: &gwv1.HTTPURLRewriteFilter{Hostname: ptr(gwv1.PreciseHostname("in.example")),
+			Path: &gwv1.HTTPPathModifier{Type: gwv1.PrefixMatchHTTPPathModifier, ReplacePrefixMatch: ptr("/v2")}}},
+		{Type: gwv1.HTTPRouteFilterRequestMirror, RequestMirror: &gwv1.HTTPRequestMirrorFilter{BackendRef: gwv1.BackendObjectReference{Name: "b", Port: ptr(gwv1.PortNumber(8080))}, Percent: ptr(int32(25))}},
+	}
+	rr.Timeouts = &gwv1.HTTPRouteTimeouts{Request: ptr(gwv1.Duration("10s")), BackendRequest: ptr(gwv1.Duration("500ms"))}
+	s := &Snapshot{
+		Classes:    []gwv1.GatewayClass{class("baton", DefaultControllerName)},
+		Gateways:   []gwv1.Gateway{gw},
+		HTTPRoutes: []gwv1.HTTPRoute{newer, older, filtered},
+		Services:   map[string]*corev1.Service{"infra/a": service("infra", "a"), "infra/b": service("infra", "b")},
+	}
+	res := Translate(s, opts)
+	if got := table(t, res)("gw/infra/gw:80", "x", "/same"); got != "k8s/infra/a:8080" {
+		t.Errorf("two routes alike: %s, want the older's", got)
+	}
+	var f *route.Rule[string]
+	for i := range res.Routing.Rules {
+		if res.Routing.Rules[i].Name == "httproute infra/filtered rule 0" {
+			f = &res.Routing.Rules[i]
+		}
+	}
+	if f == nil {
+		t.Fatal("no rule for the filtered route")
+	}
+	m := f.Matches[0]
+	if m.Method != "POST" || len(m.Headers) != 1 || !m.Headers[0].Regex || m.Path.Type != route.PathPrefix || m.Path.Value != "/f" {
+		t.Errorf("match %+v", m)
+	}
+	fl := f.Filters
+	if fl.RequestHeaders == nil || fl.RequestHeaders.Set[0].Name != "X-A" || fl.RequestHeaders.Remove[0] != "X-B" ||
+		fl.Rewrite == nil || fl.Rewrite.Hostname != "in.example" || !fl.Rewrite.Path.ReplacePrefix || fl.Rewrite.Path.Value != "/v2" ||
+		len(fl.Mirrors) != 1 || fl.Mirrors[0].Target != "k8s/infra/b:8080" || fl.Mirrors[0].Percent != 25 {
+		t.Errorf("filters %+v", fl)
+	}
+	if f.Timeouts.Request != 10*time.Second || f.Timeouts.BackendRequest != 500*time.Millisecond {
+		t.Errorf("timeouts %+v", f.Timeouts)
+	}
+	if _, err := route.Compile(res.Routing.Rules); err != nil {
+		t.Errorf("the rules do not compile: %v", err)
+	}
+}
