@@ -1,0 +1,121 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// Client reads the cluster for the controller and writes its statuses,
+// with REST clients for core/v1 and gateway.networking.k8s.io/v1 only (as
+// package proxy/kube's: client-go's Clientset registers every API group
+// when the program starts, which the supervisor's process should not pay
+// for).
+type Client struct {
+	core, gw *rest.RESTClient
+	params   runtime.ParameterCodec
+}
+
+// NewClient connects to the API server: with the kubeconfig file when one
+// is named; else in-cluster when running in a pod; else with $KUBECONFIG
+// or ~/.kube/config.
+func NewClient(kubeconfig, userAgent string) (*Client, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	switch {
+	case kubeconfig != "":
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
+		cfg, err = rest.InClusterConfig()
+	default:
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes config: %w", err)
+	}
+	cfg.UserAgent = userAgent
+	cfg.QPS, cfg.Burst = 50, 100
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, gwv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, err
+		}
+	}
+	codecs := serializer.NewCodecFactory(scheme)
+	restFor := func(apiPath string, gv *schema.GroupVersion) (*rest.RESTClient, error) {
+		c := rest.CopyConfig(cfg)
+		c.APIPath = apiPath
+		c.GroupVersion = gv
+		c.NegotiatedSerializer = codecs.WithoutConversion()
+		return rest.RESTClientFor(c)
+	}
+	core, err := restFor("/api", &corev1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	gw, err := restFor("/apis", &gwv1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{core: core, gw: gw, params: runtime.NewParameterCodec(scheme)}, nil
+}
+
+// The resources the controller reads, and how to make their lists.
+var resources = []struct {
+	name      string
+	gateway   bool // gateway.networking.k8s.io, else core
+	clustered bool
+	obj       runtime.Object
+	list      func() runtime.Object
+}{
+	{"gatewayclasses", true, true, &gwv1.GatewayClass{}, func() runtime.Object { return &gwv1.GatewayClassList{} }},
+	{"gateways", true, false, &gwv1.Gateway{}, func() runtime.Object { return &gwv1.GatewayList{} }},
+	{"httproutes", true, false, &gwv1.HTTPRoute{}, func() runtime.Object { return &gwv1.HTTPRouteList{} }},
+	{"referencegrants", true, false, &gwv1.ReferenceGrant{}, func() runtime.Object { return &gwv1.ReferenceGrantList{} }},
+	{"services", false, false, &corev1.Service{}, func() runtime.Object { return &corev1.ServiceList{} }},
+	{"namespaces", false, true, &corev1.Namespace{}, func() runtime.Object { return &corev1.NamespaceList{} }},
+}
+
+// listWatch lists and watches a resource in every namespace.
+func (c *Client) listWatch(resource string, gateway bool, newList func() runtime.Object) cache.ListerWatcher {
+	rc := c.core
+	if gateway {
+		rc = c.gw
+	}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			out := newList()
+			err := rc.Get().Resource(resource).VersionedParams(&opts, c.params).Do(ctx).Into(out)
+			return out, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.Watch = true
+			return rc.Get().Resource(resource).VersionedParams(&opts, c.params).Watch(ctx)
+		},
+	}
+}
+
+// updateStatus writes obj's status (its status subresource), as obj's
+// resourceVersion says it was read: a conflict means the object changed
+// since, and its next event brings the status to write again.
+func (c *Client) updateStatus(ctx context.Context, resource, namespace, name string, obj runtime.Object) error {
+	req := c.gw.Put().Resource(resource).Name(name).SubResource("status").Body(obj)
+	if namespace != "" {
+		req = req.Namespace(namespace)
+	}
+	return req.Do(ctx).Error()
+}

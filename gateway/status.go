@@ -1,0 +1,218 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+
+	"go.uber.org/zap"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// SupportedFeatures are the Gateway API features baton implements, as
+// GatewayClass status lists them (and the conformance suite reads them).
+var SupportedFeatures = []gwv1.FeatureName{
+	"Gateway",
+	"HTTPRoute",
+	"ReferenceGrant",
+	"HTTPRouteQueryParamMatching",
+	"HTTPRouteMethodMatching",
+	"HTTPRouteResponseHeaderModification",
+	"HTTPRoutePortRedirect",
+	"HTTPRouteSchemeRedirect",
+	"HTTPRoutePathRedirect",
+	"HTTPRouteHostRewrite",
+	"HTTPRoutePathRewrite",
+	"HTTPRouteRequestTimeout",
+	"HTTPRouteBackendTimeout",
+	"HTTPRouteRequestMirror",
+	"GatewayPort8080",
+}
+
+// writeStatuses writes the statuses that differ from what the objects
+// have, and returns how many it wrote. Status is written only when it
+// changes: an object's write is an event, and the next reconcile finds it
+// equal, so there is no loop of writes. served is the outcome of serving
+// the result (a Gateway is Programmed only when its sockets listen).
+func (c *Controller) writeStatuses(ctx context.Context, s *Snapshot, res *Result, served error) int {
+	n := 0
+	write := func(resource, ns, name string, obj runtime.Object) {
+		if err := c.client.updateStatus(ctx, resource, ns, name, obj); err != nil {
+			c.log.Debug("status not written (written again at the next change)", zap.String("resource", resource), zap.String("name", ns+"/"+name), zap.Error(err))
+			return
+		}
+		n++
+	}
+	for i := range s.Classes {
+		gc := &s.Classes[i]
+		if string(gc.Spec.ControllerName) != c.opts.ControllerName {
+			continue
+		}
+		st := gc.Status.DeepCopy()
+		apimeta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: string(gwv1.GatewayClassConditionStatusAccepted), Status: metav1.ConditionTrue,
+			Reason: string(gwv1.GatewayClassReasonAccepted), Message: "baton serves Gateways of this class", ObservedGeneration: gc.Generation})
+		st.SupportedFeatures = supported()
+		if !reflect.DeepEqual(st, &gc.Status) {
+			out := gc.DeepCopy()
+			out.Status = *st
+			write("gatewayclasses", "", gc.Name, out)
+		}
+	}
+	ours := map[string]bool{}
+	for _, gc := range s.Classes {
+		if string(gc.Spec.ControllerName) == c.opts.ControllerName {
+			ours[gc.Name] = true
+		}
+	}
+	for i := range s.Gateways {
+		g := &s.Gateways[i]
+		if !ours[string(g.Spec.GatewayClassName)] {
+			continue
+		}
+		st := gatewayStatus(g, res, served)
+		if !reflect.DeepEqual(st, &g.Status) {
+			out := g.DeepCopy()
+			out.Status = *st
+			write("gateways", g.Namespace, g.Name, out)
+		}
+	}
+	for i := range s.HTTPRoutes {
+		r := &s.HTTPRoutes[i]
+		parents, ok := res.Routes[key(&r.ObjectMeta)]
+		if !ok {
+			continue
+		}
+		st := c.routeStatus(r, parents)
+		if !reflect.DeepEqual(st, &r.Status) {
+			out := r.DeepCopy()
+			out.Status = *st
+			write("httproutes", r.Namespace, r.Name, out)
+		}
+	}
+	return n
+}
+
+func supported() []gwv1.SupportedFeature {
+	out := make([]gwv1.SupportedFeature, len(SupportedFeatures))
+	for i, f := range SupportedFeatures {
+		out[i] = gwv1.SupportedFeature{Name: f}
+	}
+	return out
+}
+
+// gatewayStatus is what g's status should say.
+func gatewayStatus(g *gwv1.Gateway, res *Result, served error) *gwv1.GatewayStatus {
+	st := g.Status.DeepCopy()
+	gen := g.Generation
+	addr, hasAddr := res.Addresses[key(&g.ObjectMeta)]
+	st.Addresses = nil
+	if hasAddr {
+		st.Addresses = []gwv1.GatewayStatusAddress{{Type: ptrTo(gwv1.IPAddressType), Value: addr.String()}}
+	}
+	apimeta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: string(gwv1.GatewayConditionAccepted), Status: metav1.ConditionTrue,
+		Reason: string(gwv1.GatewayReasonAccepted), ObservedGeneration: gen})
+	programmed := metav1.Condition{Type: string(gwv1.GatewayConditionProgrammed), Status: metav1.ConditionTrue, Reason: string(gwv1.GatewayReasonProgrammed), ObservedGeneration: gen}
+	switch {
+	case !hasAddr:
+		programmed.Status, programmed.Reason, programmed.Message = metav1.ConditionFalse, string(gwv1.GatewayReasonAddressNotAssigned), "the address pool (gateway.addresses) is spent"
+	case served != nil:
+		programmed.Status, programmed.Reason, programmed.Message = metav1.ConditionFalse, string(gwv1.GatewayReasonInvalid), served.Error()
+	}
+	apimeta.SetStatusCondition(&st.Conditions, programmed)
+	var ls []gwv1.ListenerStatus
+	for _, l := range g.Spec.Listeners {
+		var prev []metav1.Condition
+		if i := slices.IndexFunc(st.Listeners, func(s gwv1.ListenerStatus) bool { return s.Name == l.Name }); i >= 0 {
+			prev = st.Listeners[i].Conditions
+		}
+		ls = append(ls, listenerStatus(g, &l, prev, res, programmed.Status == metav1.ConditionTrue))
+	}
+	st.Listeners = ls
+	return st
+}
+
+// listenerStatus is what listener l's status should say.
+func listenerStatus(g *gwv1.Gateway, l *gwv1.Listener, prev []metav1.Condition, res *Result, programmed bool) gwv1.ListenerStatus {
+	gen := g.Generation
+	conds := slices.Clone(prev)
+	ls := gwv1.ListenerStatus{Name: l.Name, AttachedRoutes: int32(res.Attached[key(&g.ObjectMeta)+"/"+string(l.Name)])}
+	set := func(t gwv1.ListenerConditionType, ok bool, reason gwv1.ListenerConditionReason, msg string) {
+		s := metav1.ConditionTrue
+		if !ok {
+			s = metav1.ConditionFalse
+		}
+		apimeta.SetStatusCondition(&conds, metav1.Condition{Type: string(t), Status: s, Reason: string(reason), Message: msg, ObservedGeneration: gen})
+	}
+	if l.Protocol != gwv1.HTTPProtocolType {
+		set(gwv1.ListenerConditionAccepted, false, gwv1.ListenerReasonUnsupportedProtocol, "baton serves HTTP listeners here for now")
+		set(gwv1.ListenerConditionProgrammed, false, gwv1.ListenerReasonInvalid, "not accepted")
+		set(gwv1.ListenerConditionResolvedRefs, true, gwv1.ListenerReasonResolvedRefs, "")
+		ls.SupportedKinds = []gwv1.RouteGroupKind{}
+		ls.Conditions = conds
+		return ls
+	}
+	ls.SupportedKinds = []gwv1.RouteGroupKind{{Group: ptrTo(gwv1.Group(gwv1.GroupName)), Kind: kindRoute}}
+	set(gwv1.ListenerConditionAccepted, true, gwv1.ListenerReasonAccepted, "")
+	if programmed {
+		set(gwv1.ListenerConditionProgrammed, true, gwv1.ListenerReasonProgrammed, "")
+	} else {
+		set(gwv1.ListenerConditionProgrammed, false, gwv1.ListenerReasonPending, "the Gateway is not programmed")
+	}
+	set(gwv1.ListenerConditionResolvedRefs, true, gwv1.ListenerReasonResolvedRefs, "")
+	set(gwv1.ListenerConditionConflicted, false, gwv1.ListenerReasonNoConflicts, "")
+	ls.Conditions = conds
+	return ls
+}
+
+// routeStatus is what r's status should say: its parents of other
+// controllers as they are, and one entry per parent reference of ours.
+func (c *Controller) routeStatus(r *gwv1.HTTPRoute, parents []ParentStatus) *gwv1.HTTPRouteStatus {
+	st := r.Status.DeepCopy()
+	var keep []gwv1.RouteParentStatus
+	prev := map[string][]metav1.Condition{}
+	for _, p := range st.Parents {
+		if string(p.ControllerName) != c.opts.ControllerName {
+			keep = append(keep, p)
+			continue
+		}
+		prev[refKey(&p.ParentRef)] = p.Conditions
+	}
+	for _, ps := range parents {
+		if ps.AcceptedReason == "" {
+			continue // not a parent of ours
+		}
+		conds := slices.Clone(prev[refKey(&ps.Ref)])
+		cond := func(t gwv1.RouteConditionType, ok bool, reason, msg string) {
+			s := metav1.ConditionTrue
+			if !ok {
+				s = metav1.ConditionFalse
+			}
+			apimeta.SetStatusCondition(&conds, metav1.Condition{Type: string(t), Status: s, Reason: reason, Message: msg, ObservedGeneration: r.Generation})
+		}
+		cond(gwv1.RouteConditionAccepted, ps.Accepted, ps.AcceptedReason, ps.AcceptedMessage)
+		cond(gwv1.RouteConditionResolvedRefs, ps.ResolvedRefs, ps.ResolvedReason, ps.ResolvedRefMessage)
+		keep = append(keep, gwv1.RouteParentStatus{ParentRef: ps.Ref, ControllerName: gwv1.GatewayController(c.opts.ControllerName), Conditions: conds})
+	}
+	st.Parents = keep
+	return st
+}
+
+func refKey(r *gwv1.ParentReference) string {
+	k := string(r.Name)
+	if r.Namespace != nil {
+		k = string(*r.Namespace) + "/" + k
+	}
+	if r.SectionName != nil {
+		k += "#" + string(*r.SectionName)
+	}
+	if r.Port != nil {
+		k += fmt.Sprintf(":%d", *r.Port)
+	}
+	return k
+}
+
+func ptrTo[T any](v T) *T { return &v }

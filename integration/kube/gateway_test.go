@@ -1,0 +1,252 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-proxy/baton/gateway"
+	"go.uber.org/zap/zaptest"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+)
+
+var crdOnce sync.Once
+
+// gatewayCRDs installs the Gateway API's standard CRDs, from the module
+// the types come from (the version go.mod names), once per run.
+func gatewayCRDs(t *testing.T) dynamic.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crdOnce.Do(func() {
+		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
+		if err != nil {
+			t.Fatalf("the gateway-api module: %v", err)
+		}
+		files, _ := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "standard", "*.yaml"))
+		if len(files) == 0 {
+			t.Fatal("no standard CRDs in the gateway-api module")
+		}
+		crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var obj map[string]any
+			if err := yaml.Unmarshal(b, &obj); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if obj["kind"] != "CustomResourceDefinition" {
+				continue // the safe-upgrades admission policy: not needed here
+			}
+			if _, err := crds.Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("%s: %v", f, err)
+			}
+		}
+		// Served once the API server lists them.
+		waitUntil(t, 30*time.Second, "the Gateway API's CRDs served", func() bool {
+			_, err := dyn.Resource(gvr("httproutes")).List(context.Background(), metav1.ListOptions{})
+			return err == nil
+		})
+	})
+	return dyn
+}
+
+func gvr(resource string) schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: resource}
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+	}
+}
+
+// apply creates the objects of a YAML stream (--- separated).
+func apply(t *testing.T, dyn dynamic.Interface, docs string) {
+	t.Helper()
+	for _, doc := range strings.Split(docs, "\n---\n") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		plural := map[string]string{"GatewayClass": "gatewayclasses", "Gateway": "gateways", "HTTPRoute": "httproutes", "ReferenceGrant": "referencegrants"}[u.GetKind()]
+		res := dyn.Resource(gvr(plural))
+		var err error
+		if ns := u.GetNamespace(); ns != "" {
+			_, err = res.Namespace(ns).Create(context.Background(), u, metav1.CreateOptions{})
+		} else {
+			_, err = res.Create(context.Background(), u, metav1.CreateOptions{})
+		}
+		if err != nil {
+			t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+}
+
+// condition returns the status of condition typ of the object's status
+// (or of its status.parents[0], for a route), "" when absent.
+func condition(t *testing.T, dyn dynamic.Interface, resource, ns, name, typ string) string {
+	t.Helper()
+	res := dyn.Resource(gvr(resource))
+	var u *unstructured.Unstructured
+	var err error
+	if ns != "" {
+		u, err = res.Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	} else {
+		u, err = res.Get(context.Background(), name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return ""
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	if parents, _, _ := unstructured.NestedSlice(u.Object, "status", "parents"); len(parents) > 0 {
+		conds, _, _ = unstructured.NestedSlice(parents[0].(map[string]any), "conditions")
+	}
+	for _, c := range conds {
+		m := c.(map[string]any)
+		if m["type"] == typ {
+			return fmt.Sprint(m["status"])
+		}
+	}
+	return ""
+}
+
+// sink takes the controller's results.
+type sink struct{ results chan *gateway.Result }
+
+func (s *sink) Serve(_ context.Context, res *gateway.Result) error {
+	s.results <- res
+	return nil
+}
+
+// The controller against a real API server with the Gateway API's CRDs: a
+// GatewayClass of baton's, a Gateway, a Service and an HTTPRoute become a
+// listener at an address of the pool and a rule, and their statuses say
+// so (GatewayClass Accepted, Gateway Programmed with its address, the
+// route Accepted with its references resolved); a change of the route is
+// served again, and its status follows.
+func TestGatewayController(t *testing.T) {
+	dyn := gatewayCRDs(t)
+	ns := newNamespace(t)
+	createService(t, ns, "app", "")
+	class := "baton-" + ns
+	c, err := gateway.NewClient(kubeconfig, "baton-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := &sink{results: make(chan *gateway.Result, 64)}
+	ctl := gateway.New(c, gateway.Options{Addresses: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/24")}}, sk, zaptest.NewLogger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctl.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	apply(t, dyn, fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: %[2]s}
+spec: {controllerName: %[3]s}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: %[1]s}
+spec:
+  gatewayClassName: %[2]s
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: app, namespace: %[1]s}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [app.example]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /v1}}]
+    backendRefs: [{name: app, port: 80}]`, ns, class, gateway.DefaultControllerName))
+
+	served := func(what string, ok func(*gateway.Result) bool) *gateway.Result {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case r := <-sk.results:
+				if ok(r) {
+					return r
+				}
+			case <-timeout:
+				t.Fatalf("not served within 30s: %s", what)
+			}
+		}
+	}
+	listener := "gw/" + ns + "/gw:80"
+	res := served("the Gateway's listener and the route's rule", func(r *gateway.Result) bool {
+		return len(r.Listeners) > 0 && len(r.Routing.Rules) > 0
+	})
+	var l *gateway.Listener
+	for i := range res.Listeners {
+		if res.Listeners[i].Name == listener {
+			l = &res.Listeners[i]
+		}
+	}
+	if l == nil || !netip.MustParsePrefix("198.18.64.0/24").Contains(l.Address.Addr()) || l.Address.Port() != 80 {
+		t.Fatalf("listeners %+v, want %s at an address of the pool", res.Listeners, listener)
+	}
+	waitUntil(t, 30*time.Second, "the statuses", func() bool {
+		return condition(t, dyn, "gatewayclasses", "", class, "Accepted") == "True" &&
+			condition(t, dyn, "gateways", ns, "gw", "Programmed") == "True" &&
+			condition(t, dyn, "httproutes", ns, "app", "Accepted") == "True" &&
+			condition(t, dyn, "httproutes", ns, "app", "ResolvedRefs") == "True"
+	})
+
+	// A change of the route: served again, at once.
+	u, err := dyn.Resource(gvr("httproutes")).Namespace(ns).Get(context.Background(), "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unstructured.SetNestedSlice(u.Object, []any{map[string]any{
+		"matches":     []any{map[string]any{"path": map[string]any{"type": "Exact", "value": "/v2"}}},
+		"backendRefs": []any{map[string]any{"name": "missing", "port": int64(80)}},
+	}}, "spec", "rules")
+	start := time.Now()
+	if _, err := dyn.Resource(gvr("httproutes")).Namespace(ns).Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	served("the changed route", func(r *gateway.Result) bool {
+		for _, rule := range r.Routing.Rules {
+			if len(rule.Matches) == 1 && rule.Matches[0].Path.Value == "/v2" {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("a route change served %v after the write", time.Since(start).Round(time.Millisecond))
+	waitUntil(t, 30*time.Second, "ResolvedRefs false for the missing Service", func() bool {
+		return condition(t, dyn, "httproutes", ns, "app", "ResolvedRefs") == "False"
+	})
+}
