@@ -27,7 +27,7 @@ import (
 )
 
 // DefaultControllerName is the controllerName of baton's GatewayClasses.
-const DefaultControllerName = "baton-proxy.github.io/gateway"
+const DefaultControllerName = config.DefaultGatewayController
 
 // Snapshot is what the controller read of the cluster.
 type Snapshot struct {
@@ -184,7 +184,7 @@ func assignAddresses(gws []*gwv1.Gateway, pool []netip.Prefix, out map[string]ne
 	for _, g := range rest {
 	next:
 		for _, p := range pool {
-			for a := p.Masked().Addr(); p.Contains(a); a = a.Next() {
+			for a := firstHost(p); p.Contains(a); a = a.Next() {
 				if !taken[a] {
 					out[key(&g.ObjectMeta)], taken[a] = a, true
 					break next
@@ -192,6 +192,17 @@ func assignAddresses(gws []*gwv1.Gateway, pool []netip.Prefix, out map[string]ne
 			}
 		}
 	}
+}
+
+// firstHost is the first address of p to give: past the network address
+// of an IPv4 prefix with room for hosts (/30 and wider), as an operator
+// expects.
+func firstHost(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr()
+	if a.Is4() && p.Bits() <= 30 {
+		a = a.Next()
+	}
+	return a
 }
 
 // translator turns routes into rules.

@@ -110,7 +110,17 @@ func TestGatewaysAndAddresses(t *testing.T) {
 	if got := res.Addresses["infra/kept"].String(); got != "198.18.64.2" {
 		t.Errorf("kept Gateway got %s, want its status's 198.18.64.2", got)
 	}
-	if got := res.Addresses["infra/new"].String(); got != "198.18.64.0" {
+	// The pool's third address goes to a third Gateway; a fourth finds it
+	// spent (the network address is not given).
+	more := Translate(&Snapshot{Classes: s.Classes, Gateways: append(s.Gateways,
+		gateway("infra", "third", "baton", 4, listener("http", 80, "")), gateway("infra", "fourth", "baton", 5, listener("http", 80, "")))}, opts)
+	if got := more.Addresses["infra/third"].String(); got != "198.18.64.3" {
+		t.Errorf("third Gateway got %s", got)
+	}
+	if a, ok := more.Addresses["infra/fourth"]; ok {
+		t.Errorf("a fourth Gateway got %s from a pool of three", a)
+	}
+	if got := res.Addresses["infra/new"].String(); got != "198.18.64.1" {
 		t.Errorf("new Gateway got %s, want the first free", got)
 	}
 	if _, ok := res.Addresses["infra/theirs"]; ok {
@@ -120,7 +130,7 @@ func TestGatewaysAndAddresses(t *testing.T) {
 	for _, l := range res.Listeners {
 		names[l.Name] = l.Address.String()
 	}
-	want := map[string]string{"gw/infra/kept:80": "198.18.64.2:80", "gw/infra/kept:8080": "198.18.64.2:8080", "gw/infra/new:80": "198.18.64.0:80"}
+	want := map[string]string{"gw/infra/kept:80": "198.18.64.2:80", "gw/infra/kept:8080": "198.18.64.2:8080", "gw/infra/new:80": "198.18.64.1:80"}
 	if len(names) != len(want) {
 		t.Fatalf("listeners %v, want %v", names, want)
 	}

@@ -222,7 +222,7 @@ func (s *Supervisor) adoptGeneration(id uint64, orphans []*orphan, cfg *Config) 
 				continue
 			}
 			// Its only holder is gone: a new member takes its place.
-			f, err := listen(gr.network, gr.address, gr.reusePort)
+			f, err := listen(gr.network, gr.address, gr.reusePort, gr.freeBind)
 			if err != nil {
 				g.log.Error("adoption: cannot reopen a socket of the group", zap.String("listener", info.Name), zap.Int("socket", i), zap.Error(err))
 				continue

@@ -59,6 +59,7 @@ type group struct {
 	network   string
 	address   string
 	reusePort bool
+	freeBind  bool      // bound with IP_FREEBIND (ListenerSpec.FreeBind)
 	sockets   []*socket // every open socket, in the order opened
 	current   []*socket // the ones a new generation shares
 	// steer chooses the socket of each new connection; nil when the
@@ -283,7 +284,7 @@ func (g *group) open(n int) ([]*socket, error) {
 			g.drop(socks)
 			return nil, fmt.Errorf("the reuseport group of %s would have more than %d sockets", g.address, steer.MaxSockets)
 		}
-		f, err := listen(g.network, g.address, true)
+		f, err := listen(g.network, g.address, true, g.freeBind)
 		if err == nil {
 			err = g.steer.Add(next, f)
 			if err != nil {
@@ -501,9 +502,9 @@ func (g *group) retire() {
 // openGroup opens n listening sockets on spec's address; with reusePort they
 // form one SO_REUSEPORT group.
 func openGroup(key string, spec ListenerSpec, n int) (*group, error) {
-	g := &group{key: key, network: spec.Network, address: spec.Address, reusePort: spec.ReusePort}
+	g := &group{key: key, network: spec.Network, address: spec.Address, reusePort: spec.ReusePort, freeBind: spec.FreeBind}
 	for i := range n {
-		f, err := listen(spec.Network, spec.Address, spec.ReusePort)
+		f, err := listen(spec.Network, spec.Address, spec.ReusePort, spec.FreeBind)
 		if err != nil {
 			g.close()
 			return nil, err
@@ -527,7 +528,7 @@ func openGroup(key string, spec ListenerSpec, n int) (*group, error) {
 // listen opens one listening socket, non-blocking and close-on-exec. It is
 // non-blocking for every process that shares it: the descriptors handed to
 // workers refer to this same open file.
-func listen(network, address string, reusePort bool) (*os.File, error) {
+func listen(network, address string, reusePort, freeBind bool) (*os.File, error) {
 	var (
 		family int
 		sa     unix.Sockaddr
@@ -568,6 +569,13 @@ func listen(network, address string, reusePort bool) (*os.File, error) {
 		if reusePort {
 			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
 				return fail("SO_REUSEPORT", err)
+			}
+		}
+		if freeBind {
+			// One option for both families (IP_FREEBIND, which IPv6
+			// sockets honour too).
+			if err := unix.SetsockoptInt(fd, unix.SOL_IP, unix.IP_FREEBIND, 1); err != nil {
+				return fail("IP_FREEBIND", err)
 			}
 		}
 		if family == unix.AF_INET6 && network == "tcp6" {

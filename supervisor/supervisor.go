@@ -111,6 +111,10 @@ type ListenerSpec struct {
 	// Sockets is the group's size. Zero: Workers (on a reload too when
 	// the group is steered; without steering, whatever size it has).
 	Sockets int
+	// FreeBind binds the address even when no interface has it
+	// (IP_FREEBIND): an address routed to the host (ip route add local),
+	// as a Gateway's from a pool.
+	FreeBind bool
 }
 
 // Options configure a Supervisor. Load is required.

@@ -67,6 +67,7 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func
 	// The next supervisor of an upgrade pings the watchdog as the main
 	// process (after its MAINPID=), not as ours.
 	os.Unsetenv("WATCHDOG_PID")
+	gw := &gatewaySink{} // its supervisor is set once there is one
 	sup, err := supervisor.New(supervisor.Options{
 		Notify: func(assignments ...string) {
 			if err := notifier.Notify(assignments...); err != nil {
@@ -74,7 +75,7 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func
 			}
 		},
 		WatchdogInterval: watchdog,
-		Load:             func() (*supervisor.Config, error) { return loadSupervisorConfig(path) },
+		Load:             func() (*supervisor.Config, error) { return loadSupervisorConfig(path, gw.provided()) },
 		Env:              []string{"BATON_LOG_FORMAT=" + c.String("log-format"), "BATON_LOG_LEVEL=" + c.String("log-level")},
 		Logger:           log,
 		LogDropped:       logDropped,
@@ -90,6 +91,22 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func
 		return err
 	}
 	defer stopMetrics()
+	if cfg, err := config.Load(path); err == nil && cfg.Gateway != nil {
+		// The Gateway API's controller, beside the supervisor (one per
+		// replica): it ends with the supervisor.
+		gw.sup = sup
+		gctx, cancel := context.WithCancel(context.Background())
+		wait, err := startGateway(gctx, cfg, gw, log)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("gateway: %w", err)
+		}
+		defer wait()
+		go func() {
+			<-sup.Done()
+			cancel()
+		}()
+	}
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(signals)
@@ -126,11 +143,13 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func
 
 // loadSupervisorConfig reads the config file and gives the supervisor its
 // part; the whole config travels to the workers as the payload.
-func loadSupervisorConfig(path string) (*supervisor.Config, error) {
+func loadSupervisorConfig(path string, provided []config.Listener) (*supervisor.Config, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return nil, err
 	}
+	// The route providers' listeners (the Gateways'), beside the file's.
+	cfg.Listeners = append(cfg.Listeners, provided...)
 	payload, err := cfg.Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("encode config for workers: %w", err)
@@ -181,6 +200,7 @@ func loadSupervisorConfig(path string) (*supervisor.Config, error) {
 			Protocol:  l.Protocol,
 			ReusePort: l.ReusePort,
 			Sockets:   l.Sockets,
+			FreeBind:  l.FreeBind,
 		})
 	}
 	return sc, nil

@@ -29,10 +29,11 @@ import (
 )
 
 const (
-	netnsEnv   = "BATON_TEST_NETNS"
-	apiAddr    = "127.0.0.1:6443"
-	etcdClient = "http://127.0.0.1:2379"
-	token      = "baton-integration-token"
+	gatewayPool = "198.18.64.0/24"
+	netnsEnv    = "BATON_TEST_NETNS"
+	apiAddr     = "127.0.0.1:6443"
+	etcdClient  = "http://127.0.0.1:2379"
+	token       = "baton-integration-token"
 )
 
 // The cluster every test of the package uses.
@@ -79,6 +80,11 @@ func reexecInNetns() int {
 func runInNetns(m *testing.M) (int, error) {
 	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("ip link set lo up: %v: %s", err, out)
+	}
+	// The Gateways' address pool, routed to this host without being on an
+	// interface (baton binds them with IP_FREEBIND).
+	if out, err := exec.Command("ip", "route", "add", "local", gatewayPool, "dev", "lo").CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("ip route add local %s: %v: %s", gatewayPool, err, out)
 	}
 	dir, err := os.MkdirTemp("", "baton-kube-")
 	if err != nil {

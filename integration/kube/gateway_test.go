@@ -3,6 +3,8 @@ package kube
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/gateway"
+	"github.com/baton-proxy/baton/supervisor"
 	"go.uber.org/zap/zaptest"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -249,4 +252,109 @@ spec:
 	waitUntil(t, 30*time.Second, "ResolvedRefs false for the missing Service", func() bool {
 		return condition(t, dyn, "httproutes", ns, "app", "ResolvedRefs") == "False"
 	})
+}
+
+// baton as a Gateway API implementation, end to end: the real binary
+// with a config of only a gateway section, a real API server, pods that
+// are real processes. A Gateway of baton's class gets an address of the
+// pool, its listener goes live by a handoff, and an HTTPRoute's requests
+// reach the pods of its Service; the route's change goes live without a
+// handoff.
+func TestGatewayEndToEnd(t *testing.T) {
+	dyn := gatewayCRDs(t)
+	ns := newNamespace(t)
+	createService(t, ns, "app", "")
+	v1, v2 := startPod(t, "v1", "198.18.3.1"), startPod(t, "v2", "198.18.3.2")
+	writeSlice(t, ns, "app", []podState{readyPod(v1)})
+	class := "baton-" + ns
+	b := startBaton(t, fmt.Sprintf(`controlSocket: "@DIR@/run/control.sock"
+readyTimeout: 20s
+workers: 2
+kubernetes:
+  kubeconfig: %s
+gateway:
+  addresses: [%s]
+`, kubeconfig, gatewayPool))
+	apply(t, dyn, fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: %[2]s}
+spec: {controllerName: %[3]s}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: %[1]s}
+spec:
+  gatewayClassName: %[2]s
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: app, namespace: %[1]s}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [app.example]
+  rules:
+  - backendRefs: [{name: app, port: 80}]`, ns, class, gateway.DefaultControllerName))
+	var addr string
+	waitUntil(t, 60*time.Second, "the Gateway programmed, with an address", func() bool {
+		if condition(t, dyn, "gateways", ns, "gw", "Programmed") != "True" {
+			return false
+		}
+		u, err := dyn.Resource(gvr("gateways")).Namespace(ns).Get(context.Background(), "gw", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		as, _, _ := unstructured.NestedSlice(u.Object, "status", "addresses")
+		if len(as) == 0 {
+			return false
+		}
+		addr = fmt.Sprint(as[0].(map[string]any)["value"])
+		return true
+	})
+	hc := &http.Client{Timeout: 5 * time.Second}
+	get := func(host string) (int, string) {
+		req, _ := http.NewRequest("GET", "http://"+net.JoinHostPort(addr, "80")+"/", nil)
+		req.Host = host
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("X-Backend")
+	}
+	waitUntil(t, 30*time.Second, "the route served", func() bool { code, be := get("app.example"); return code == 200 && be == "v1" })
+	if code, _ := get("other.example"); code != 404 {
+		t.Errorf("a host no route takes: %d, want 404", code)
+	}
+	st := b.Status()
+	gen := st.ActiveGeneration
+	handoff := false
+	for _, h := range st.Handoffs {
+		handoff = handoff || h.Trigger == "gateway" && h.Outcome == supervisor.OutcomeOK
+	}
+	if !handoff {
+		t.Errorf("no handoff put the Gateway's listener live: %+v", st.Handoffs)
+	}
+	for _, l := range st.Listeners {
+		t.Logf("listener %s at %s", l.Name, l.Address)
+	}
+
+	// The endpoints and the route change: no handoff.
+	writeSlice(t, ns, "app", []podState{readyPod(v2)})
+	waitUntil(t, 30*time.Second, "the new pod served", func() bool { _, be := get("app.example"); return be == "v2" })
+	u, err := dyn.Resource(gvr("httproutes")).Namespace(ns).Get(context.Background(), "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unstructured.SetNestedStringSlice(u.Object, []string{"new.example"}, "spec", "hostnames")
+	if _, err := dyn.Resource(gvr("httproutes")).Namespace(ns).Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "the changed route served", func() bool { code, _ := get("new.example"); return code == 200 })
+	if code, _ := get("app.example"); code != 404 {
+		t.Errorf("the host the route left: %d, want 404", code)
+	}
+	if g := b.Status().ActiveGeneration; g != gen {
+		t.Errorf("a route change made a handoff: generation %d, then %d", gen, g)
+	}
 }

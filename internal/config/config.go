@@ -103,6 +103,10 @@ type Config struct {
 	// Kubernetes says how to reach the API server, for backends that
 	// route to Kubernetes Services.
 	Kubernetes Kubernetes `json:"kubernetes"`
+	// Gateway, when set, makes baton a Gateway API implementation: the
+	// Gateways of its GatewayClasses are served, their HTTPRoutes routed.
+	// A config with it needs no listeners, backends or routes of its own.
+	Gateway *Gateway `json:"gateway,omitempty"`
 	// Metrics is the supervisor's Prometheus endpoint.
 	Metrics Metrics `json:"metrics"`
 	// AccessLog, when its path is set, logs every request.
@@ -219,7 +223,32 @@ type Listener struct {
 	// source address then counts as the client's. A connection without
 	// one is closed.
 	ProxyProtocol bool `json:"proxyProtocol,omitempty"`
+	// FreeBind binds Address even when no interface has it (IP_FREEBIND):
+	// an address routed to the host, or one an interface gets later.
+	FreeBind bool `json:"freeBind,omitempty"`
+	// Provider names the route provider that made the listener (gateway):
+	// its routes come from that provider's routing, not from routes.
+	// Baton fills it in; a config file may not.
+	Provider string `json:"provider,omitempty"`
 }
+
+// Gateway is the Gateway API's section.
+type Gateway struct {
+	// ControllerName: GatewayClasses naming it are baton's. Default
+	// DefaultGatewayController.
+	ControllerName string `json:"controllerName,omitempty"`
+	// Addresses are the pool of each Gateway's address (status.addresses):
+	// CIDRs or IPs. A single address serves one Gateway per port. They are
+	// bound with IP_FREEBIND: routed to the host is enough.
+	Addresses []string `json:"addresses"`
+}
+
+// DefaultGatewayController is the Gateway API controllerName baton
+// answers to.
+const DefaultGatewayController = "baton-proxy.github.io/gateway"
+
+// ProviderGateway is the Provider of the Gateway API's listeners.
+const ProviderGateway = "gateway"
 
 // Backend is a set of upstream addresses: static ones, or a Kubernetes
 // Service's.
@@ -496,6 +525,11 @@ func parse(data []byte, offline bool) (*Config, error) {
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	for _, l := range c.Listeners {
+		if l.Provider != "" {
+			return nil, fmt.Errorf("%w: listeners: provider is baton's to fill in (the Gateway API's listeners come from its Gateways)", ErrInvalid)
+		}
+	}
 	if c.hasTLSMaterial() {
 		return nil, fmt.Errorf("%w: certPEM, keyPEM, clientCAPEM and caPEM are filled in by baton from the files: name the files (certFile, keyFile, clientCA, caFile)", ErrInvalid)
 	}
@@ -538,6 +572,9 @@ func Unmarshal(data []byte) (*Config, error) {
 func (c *Config) setDefaults() {
 	if c.ControlSocket == "" {
 		c.ControlSocket = DefaultControlSocket()
+	}
+	if c.Gateway != nil && c.Gateway.ControllerName == "" {
+		c.Gateway.ControllerName = DefaultGatewayController
 	}
 	setDuration(&c.ReadyTimeout, DefaultReadyTimeout)
 	setDuration(&c.DrainTimeout, DefaultDrainTimeout)

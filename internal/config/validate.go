@@ -90,8 +90,21 @@ func (c *Config) validate(offline bool) error {
 
 	listeners := make(map[string]*Listener)
 	addresses := make(map[string]string)
-	if len(c.Listeners) == 0 {
+	if len(c.Listeners) == 0 && c.Gateway == nil {
 		bad("no listeners")
+	}
+	if g := c.Gateway; g != nil {
+		if len(g.Addresses) == 0 {
+			bad("gateway.addresses: a pool of addresses for the Gateways (CIDRs or IPs)")
+		}
+		for _, a := range g.Addresses {
+			if _, err := ParsePrefix(a); err != nil {
+				bad("gateway.addresses: %q is not a CIDR or an IP address", a)
+			}
+		}
+		if c.Kubernetes.Kubeconfig == "" && !defaultKubeconfig() && !offline {
+			bad("gateway: there is no way to reach an API server: not in a pod, no $KUBECONFIG, no ~/.kube/config; set kubernetes.kubeconfig (or baton check --offline to lint it elsewhere)")
+		}
 	}
 	for i := range c.Listeners {
 		l := &c.Listeners[i]
@@ -262,7 +275,7 @@ func (c *Config) validate(offline bool) error {
 		seen[k] = i
 	}
 	for _, l := range c.Listeners {
-		if l.Name != "" && routed[l.Name] == 0 {
+		if l.Name != "" && routed[l.Name] == 0 && l.Provider == "" {
 			bad("listener %q has no route", l.Name)
 		}
 	}
