@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
@@ -253,8 +254,12 @@ func checkCommand() *cli.Command {
 			for _, w := range cfg.Warnings {
 				fmt.Println("warning:", w)
 			}
-			fmt.Printf("config ok: %d listeners, %d backends, %d routes, %d workers\n",
+			fmt.Printf("config ok: %d listeners, %d backends, %d routes, %d workers",
 				len(cfg.Listeners), len(cfg.Backends), len(cfg.Routes), cfg.Workers)
+			if g := cfg.Gateway; g != nil {
+				fmt.Printf("; the Gateway API for GatewayClasses of %s, addresses from %s", g.ControllerName, strings.Join(g.Addresses, ", "))
+			}
+			fmt.Println()
 			return nil
 		},
 	}
