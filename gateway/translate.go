@@ -26,6 +26,12 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
+// ServiceUpstream is the annotation of a Service that is reached through
+// its ClusterIP (kube-proxy balances) instead of its endpoints, from every
+// route that names it: ingress-nginx's service-upstream, Traefik's
+// ingress.kubernetes.io/service-upstream.
+const ServiceUpstream = "baton-proxy.github.io/service-upstream"
+
 // DefaultControllerName is the controllerName of baton's GatewayClasses.
 const DefaultControllerName = config.DefaultGatewayController
 
@@ -457,12 +463,16 @@ func (t *translator) backend(r *gwv1.HTTPRoute, ref *gwv1.BackendObjectReference
 	if ref.Port == nil {
 		return "", false, string(gwv1.RouteReasonUnsupportedValue), fmt.Sprintf("backend %s/%s: no port", ns, ref.Name)
 	}
-	name := fmt.Sprintf("k8s/%s/%s:%d", ns, ref.Name, *ref.Port)
+	mode, suffix := config.ModeEndpoints, ""
+	if svc.Annotations[ServiceUpstream] == "true" {
+		mode, suffix = config.ModeClusterIP, "/clusterIP"
+	}
+	name := fmt.Sprintf("k8s/%s/%s:%d%s", ns, ref.Name, *ref.Port, suffix)
 	if !t.backends[name] {
 		t.backends[name] = true
 		t.res.Routing.Backends = append(t.res.Routing.Backends, config.Backend{
 			Name:       name,
-			Kubernetes: &config.KubeService{Service: ns + "/" + string(ref.Name), Port: config.Port{Number: int32(*ref.Port)}},
+			Kubernetes: &config.KubeService{Service: ns + "/" + string(ref.Name), Port: config.Port{Number: int32(*ref.Port)}, Mode: mode},
 		})
 	}
 	return name, true, "", ""

@@ -339,3 +339,26 @@ func TestRuleTranslation(t *testing.T) {
 		t.Errorf("the rules do not compile: %v", err)
 	}
 }
+
+// A Service annotated baton-proxy.github.io/service-upstream: "true" is
+// reached through its ClusterIP (kube-proxy balances) from every route
+// that names it; the others through their endpoints.
+func TestServiceUpstream(t *testing.T) {
+	gw := gateway("infra", "gw", "baton", 0, listener("http", 80, ""))
+	vip := service("infra", "vip")
+	vip.Annotations = map[string]string{ServiceUpstream: "true"}
+	s := &Snapshot{
+		Classes:    []gwv1.GatewayClass{class("baton", DefaultControllerName)},
+		Gateways:   []gwv1.Gateway{gw},
+		HTTPRoutes: []gwv1.HTTPRoute{httpRoute("infra", "a", 1, "infra/gw", []string{"a.example"}, "/", "vip"), httpRoute("infra", "b", 2, "infra/gw", []string{"b.example"}, "/", "pods")},
+		Services:   map[string]*corev1.Service{"infra/vip": vip, "infra/pods": service("infra", "pods")},
+	}
+	res := Translate(s, opts)
+	modes := map[string]string{}
+	for _, b := range res.Routing.Backends {
+		modes[b.Kubernetes.Service] = b.Kubernetes.Mode
+	}
+	if modes["infra/vip"] != "clusterIP" || modes["infra/pods"] != "endpoints" {
+		t.Errorf("modes %v", modes)
+	}
+}
