@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,8 +24,8 @@ import (
 // when the program starts, which the supervisor's process should not pay
 // for).
 type Client struct {
-	core, gw *rest.RESTClient
-	params   runtime.ParameterCodec
+	core, gw, coord *rest.RESTClient
+	params          runtime.ParameterCodec
 }
 
 // NewClient connects to the API server: with the kubeconfig file when one
@@ -50,7 +51,7 @@ func NewClient(kubeconfig, userAgent string) (*Client, error) {
 	cfg.UserAgent = userAgent
 	cfg.QPS, cfg.Burst = 50, 100
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, gwv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, gwv1.AddToScheme, coordinationv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return nil, err
 		}
@@ -71,7 +72,11 @@ func NewClient(kubeconfig, userAgent string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{core: core, gw: gw, params: runtime.NewParameterCodec(scheme)}, nil
+	coord, err := restFor("/apis", &coordinationv1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{core: core, gw: gw, coord: coord, params: runtime.NewParameterCodec(scheme)}, nil
 }
 
 // The resources the controller reads, and how to make their lists.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -39,6 +40,8 @@ type Controller struct {
 
 	mu   sync.Mutex // protects last
 	last *Result    // the last result served
+
+	elector *elector // whether this replica writes status
 }
 
 // New returns a controller on client; Run runs it.
@@ -46,7 +49,25 @@ func New(client *Client, opts Options, sink Sink, log *zap.Logger) *Controller {
 	if opts.ControllerName == "" {
 		opts.ControllerName = DefaultControllerName
 	}
+	if opts.Namespace == "" {
+		opts.Namespace = os.Getenv("POD_NAMESPACE")
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = "default"
+	}
+	if opts.Identity == "" {
+		host, _ := os.Hostname()
+		opts.Identity = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if opts.LeaseDuration == 0 {
+		opts.LeaseDuration = DefaultLeaseDuration
+	}
+	if opts.RetryPeriod == 0 {
+		opts.RetryPeriod = DefaultRetryPeriod
+	}
 	c := &Controller{client: client, opts: opts, sink: sink, log: log.Named("gateway"), stores: map[string]cache.Store{}, notify: make(chan struct{}, 1)}
+	c.elector = &elector{c: client, namespace: opts.Namespace, identity: opts.Identity, duration: opts.LeaseDuration, retry: opts.RetryPeriod,
+		log: c.log, onChange: c.changed}
 	for _, r := range resources {
 		inf := cache.NewSharedIndexInformer(client.listWatch(r.name, r.gateway, r.list), r.obj, 0, cache.Indexers{})
 		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -77,6 +98,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	for _, inf := range c.infs {
 		running.Go(func() { inf.RunWithContext(ctx) })
 	}
+	running.Go(func() { c.elector.run(ctx) })
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("gateway: caches did not sync: %w", ctx.Err())
 	}
@@ -115,7 +137,10 @@ func (c *Controller) reconcile(ctx context.Context) {
 	c.mu.Lock()
 	c.last = res
 	c.mu.Unlock()
-	n := c.writeStatuses(ctx, s, res, serveErr)
+	n := 0
+	if c.elector.Leader() {
+		n = c.writeStatuses(ctx, s, res, serveErr)
+	}
 	c.log.Debug("reconciled", zap.Duration("took", time.Since(start)), zap.Int("listeners", len(res.Listeners)),
 		zap.Int("rules", len(res.Routing.Rules)), zap.Int("statusesWritten", n))
 }

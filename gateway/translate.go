@@ -52,6 +52,12 @@ type Options struct {
 	ControllerName string
 	// Addresses are the pool each Gateway gets its address from.
 	Addresses []netip.Prefix
+	// The status writer's Lease: in Namespace (default: $POD_NAMESPACE,
+	// else "default"), held as Identity (default: the host name and
+	// pid), for LeaseDuration, looked at every RetryPeriod (defaults
+	// DefaultLeaseDuration, DefaultRetryPeriod).
+	Namespace, Identity        string
+	LeaseDuration, RetryPeriod time.Duration
 }
 
 // Listener is a socket baton serves a Gateway's listeners of one port on.

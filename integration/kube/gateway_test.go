@@ -358,3 +358,45 @@ spec:
 		t.Errorf("a route change made a handoff: generation %d, then %d", gen, g)
 	}
 }
+
+// With several replicas, each serves and one writes status: the one that
+// holds the Lease. When it stops, it lets the Lease go and another takes
+// it at its next look.
+func TestGatewayStatusOneWriter(t *testing.T) {
+	gatewayCRDs(t)
+	ns := newNamespace(t)
+	c, err := gateway.NewClient(kubeconfig, "baton-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type replica struct {
+		cancel context.CancelFunc
+		done   chan struct{} // closed when Run returned
+	}
+	start := func(id string) replica {
+		ctl := gateway.New(c, gateway.Options{Namespace: ns, Identity: id, LeaseDuration: 3 * time.Second, RetryPeriod: 100 * time.Millisecond,
+			Addresses: []netip.Prefix{netip.MustParsePrefix(gatewayPool)}}, &sink{results: make(chan *gateway.Result, 1024)}, zaptest.NewLogger(t))
+		ctx, cancel := context.WithCancel(context.Background())
+		r := replica{cancel, make(chan struct{})}
+		go func() {
+			defer close(r.done)
+			ctl.Run(ctx)
+		}()
+		t.Cleanup(func() { cancel(); <-r.done })
+		return r
+	}
+	holder := func() string {
+		l, err := client.CoordinationV1().Leases(ns).Get(context.Background(), gateway.LeaseName, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	replicas := map[string]replica{"a": start("a"), "b": start("b")}
+	var first string
+	waitUntil(t, 30*time.Second, "a holder of the Lease", func() bool { first = holder(); return first != "" })
+	replicas[first].cancel()
+	<-replicas[first].done
+	other := map[string]string{"a": "b", "b": "a"}[first]
+	waitUntil(t, 10*time.Second, "the other replica holding the Lease", func() bool { return holder() == other })
+}
