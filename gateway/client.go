@@ -93,6 +93,7 @@ var resources = []struct {
 	{"referencegrants", true, false, &gwv1.ReferenceGrant{}, func() runtime.Object { return &gwv1.ReferenceGrantList{} }},
 	{"services", false, false, &corev1.Service{}, func() runtime.Object { return &corev1.ServiceList{} }},
 	{"namespaces", false, true, &corev1.Namespace{}, func() runtime.Object { return &corev1.NamespaceList{} }},
+	{"secrets", false, false, &corev1.Secret{}, func() runtime.Object { return &corev1.SecretList{} }},
 }
 
 // listWatch lists and watches a resource in every namespace.

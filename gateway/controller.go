@@ -147,7 +147,10 @@ func (c *Controller) reconcile(ctx context.Context) {
 
 // snapshot copies what the caches hold.
 func (c *Controller) snapshot() *Snapshot {
-	s := &Snapshot{Services: map[string]*corev1.Service{}, Namespaces: map[string]*corev1.Namespace{}}
+	s := &Snapshot{Services: map[string]*corev1.Service{}, Namespaces: map[string]*corev1.Namespace{}, Secrets: map[string]*corev1.Secret{}}
+	if last := c.Last(); last != nil {
+		s.Good = last.Good
+	}
 	for _, o := range c.stores["gatewayclasses"].List() {
 		s.Classes = append(s.Classes, *o.(*gwv1.GatewayClass))
 	}
@@ -167,6 +170,11 @@ func (c *Controller) snapshot() *Snapshot {
 	for _, o := range c.stores["namespaces"].List() {
 		ns := o.(*corev1.Namespace)
 		s.Namespaces[ns.Name] = ns
+	}
+	for _, o := range c.stores["secrets"].List() {
+		if sec := o.(*corev1.Secret); sec.Type == corev1.SecretTypeTLS {
+			s.Secrets[sec.Namespace+"/"+sec.Name] = sec
+		}
 	}
 	return s
 }

@@ -138,32 +138,34 @@ func gatewayStatus(g *gwv1.Gateway, res *Result, served error) *gwv1.GatewayStat
 // listenerStatus is what listener l's status should say.
 func listenerStatus(g *gwv1.Gateway, l *gwv1.Listener, prev []metav1.Condition, res *Result, programmed bool) gwv1.ListenerStatus {
 	gen := g.Generation
+	lkey := key(&g.ObjectMeta) + "/" + string(l.Name)
+	lc := res.ListenerStatus[lkey]
 	conds := slices.Clone(prev)
-	ls := gwv1.ListenerStatus{Name: l.Name, AttachedRoutes: int32(res.Attached[key(&g.ObjectMeta)+"/"+string(l.Name)])}
-	set := func(t gwv1.ListenerConditionType, ok bool, reason gwv1.ListenerConditionReason, msg string) {
+	ls := gwv1.ListenerStatus{Name: l.Name, AttachedRoutes: int32(res.Attached[lkey]), SupportedKinds: []gwv1.RouteGroupKind{}}
+	set := func(t gwv1.ListenerConditionType, ok bool, reason, msg string) {
 		s := metav1.ConditionTrue
 		if !ok {
 			s = metav1.ConditionFalse
 		}
-		apimeta.SetStatusCondition(&conds, metav1.Condition{Type: string(t), Status: s, Reason: string(reason), Message: msg, ObservedGeneration: gen})
+		apimeta.SetStatusCondition(&conds, metav1.Condition{Type: string(t), Status: s, Reason: reason, Message: msg, ObservedGeneration: gen})
 	}
-	if l.Protocol != gwv1.HTTPProtocolType {
-		set(gwv1.ListenerConditionAccepted, false, gwv1.ListenerReasonUnsupportedProtocol, "baton serves HTTP listeners here for now")
-		set(gwv1.ListenerConditionProgrammed, false, gwv1.ListenerReasonInvalid, "not accepted")
-		set(gwv1.ListenerConditionResolvedRefs, true, gwv1.ListenerReasonResolvedRefs, "")
-		ls.SupportedKinds = []gwv1.RouteGroupKind{}
-		ls.Conditions = conds
-		return ls
+	if lc.Accepted && (l.Protocol == gwv1.HTTPProtocolType || l.Protocol == gwv1.HTTPSProtocolType) {
+		ls.SupportedKinds = []gwv1.RouteGroupKind{{Group: ptrTo(gwv1.Group(gwv1.GroupName)), Kind: kindRoute}}
 	}
-	ls.SupportedKinds = []gwv1.RouteGroupKind{{Group: ptrTo(gwv1.Group(gwv1.GroupName)), Kind: kindRoute}}
-	set(gwv1.ListenerConditionAccepted, true, gwv1.ListenerReasonAccepted, "")
-	if programmed {
-		set(gwv1.ListenerConditionProgrammed, true, gwv1.ListenerReasonProgrammed, "")
-	} else {
-		set(gwv1.ListenerConditionProgrammed, false, gwv1.ListenerReasonPending, "the Gateway is not programmed")
+	set(gwv1.ListenerConditionAccepted, lc.Accepted, lc.AcceptedReason, lc.AcceptedMsg)
+	set(gwv1.ListenerConditionResolvedRefs, lc.ResolvedRefs, lc.ResolvedReason, lc.ResolvedMsg)
+	set(gwv1.ListenerConditionConflicted, lc.Conflicted, lc.ConflictReason, lc.ConflictedMsg)
+	served := slices.ContainsFunc(res.Listeners, func(bl Listener) bool { return bl.Name == listenerName(g, l.Port) })
+	switch {
+	case !lc.Accepted || lc.Conflicted:
+		set(gwv1.ListenerConditionProgrammed, false, string(gwv1.ListenerReasonInvalid), "not accepted, or in conflict")
+	case !served:
+		set(gwv1.ListenerConditionProgrammed, false, string(gwv1.ListenerReasonInvalid), "nothing to serve it with (no address, or no valid certificate)")
+	case !programmed:
+		set(gwv1.ListenerConditionProgrammed, false, string(gwv1.ListenerReasonPending), "the Gateway is not programmed")
+	default:
+		set(gwv1.ListenerConditionProgrammed, true, string(gwv1.ListenerReasonProgrammed), "")
 	}
-	set(gwv1.ListenerConditionResolvedRefs, true, gwv1.ListenerReasonResolvedRefs, "")
-	set(gwv1.ListenerConditionConflicted, false, gwv1.ListenerReasonNoConflicts, "")
 	ls.Conditions = conds
 	return ls
 }

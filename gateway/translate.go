@@ -44,6 +44,16 @@ type Snapshot struct {
 	// Services and Namespaces by name ("namespace/name", and name).
 	Services   map[string]*corev1.Service
 	Namespaces map[string]*corev1.Namespace
+	// Secrets by "namespace/name": the certificates of HTTPS listeners.
+	Secrets map[string]*corev1.Secret
+	// Good are the certificates last served, by Secret: one that turned
+	// invalid keeps serving its last good content.
+	Good map[string]Certificate
+}
+
+// Certificate is a certificate chain and its key, PEM.
+type Certificate struct {
+	CertPEM, KeyPEM []byte
 }
 
 // Options are the controller's settings (the config's gateway section).
@@ -65,8 +75,22 @@ type Listener struct {
 	// Name is the baton listener's: "gw/namespace/name:port".
 	Name    string
 	Address netip.AddrPort
-	// Protocol is the Gateway listeners' (HTTP).
+	// Protocol is the Gateway listeners' (HTTP or HTTPS).
 	Protocol gwv1.ProtocolType
+	// Certificates are an HTTPS listener's: those of every Gateway
+	// listener of the port (SNI picks one by its names), the first the
+	// default.
+	Certificates []Certificate
+}
+
+// ListenerConditions are what became of one Gateway listener.
+type ListenerConditions struct {
+	Accepted                      bool
+	AcceptedReason, AcceptedMsg   string
+	ResolvedRefs                  bool
+	ResolvedReason, ResolvedMsg   string
+	Conflicted                    bool
+	ConflictReason, ConflictedMsg string
 }
 
 // Result is what baton serves, and what the status says of each object.
@@ -79,8 +103,12 @@ type Result struct {
 	// reference (by index), what became of it.
 	Routes map[string][]ParentStatus
 	// Attached counts the routes attached to each Gateway listener
-	// ("namespace/name/listener").
-	Attached map[string]int
+	// ("namespace/name/listener"), and Listeners says what became of each.
+	Attached       map[string]int
+	ListenerStatus map[string]ListenerConditions
+	// Good are the certificates served, by Secret ("namespace/name"), for
+	// the next Snapshot.
+	Good map[string]Certificate
 }
 
 // ParentStatus is what became of one parent reference of a route: the
@@ -102,7 +130,8 @@ const (
 
 // Translate turns a snapshot into what baton serves.
 func Translate(s *Snapshot, opts Options) *Result {
-	res := &Result{Addresses: map[string]netip.Addr{}, Routes: map[string][]ParentStatus{}, Attached: map[string]int{}}
+	res := &Result{Addresses: map[string]netip.Addr{}, Routes: map[string][]ParentStatus{}, Attached: map[string]int{},
+		ListenerStatus: map[string]ListenerConditions{}, Good: map[string]Certificate{}}
 	ours := map[string]bool{}
 	for _, c := range s.Classes {
 		if string(c.Spec.ControllerName) == opts.ControllerName {
@@ -119,22 +148,8 @@ func Translate(s *Snapshot, opts Options) *Result {
 	assignAddresses(gws, opts.Addresses, res.Addresses)
 
 	// The listeners, one baton listener per Gateway and port.
-	ports := map[string]*Listener{}
 	for _, g := range gws {
-		addr, ok := res.Addresses[key(&g.ObjectMeta)]
-		if !ok {
-			continue // the pool is spent: the Gateway is not programmed
-		}
-		for _, l := range g.Spec.Listeners {
-			if l.Protocol != gwv1.HTTPProtocolType {
-				continue // HTTPS, TLS and TCP are to come
-			}
-			name := listenerName(g, l.Port)
-			if ports[name] == nil {
-				ports[name] = &Listener{Name: name, Address: netip.AddrPortFrom(addr, uint16(l.Port)), Protocol: l.Protocol}
-				res.Listeners = append(res.Listeners, *ports[name])
-			}
-		}
+		listeners(s, g, res)
 	}
 
 	// The routes.
@@ -243,6 +258,9 @@ func (t *translator) route(r *gwv1.HTTPRoute, gws []*gwv1.Gateway) {
 		for _, l := range g.Spec.Listeners {
 			if ref.SectionName != nil && *ref.SectionName != l.Name || ref.Port != nil && *ref.Port != l.Port {
 				continue
+			}
+			if lc := t.res.ListenerStatus[key(&g.ObjectMeta)+"/"+string(l.Name)]; !lc.Accepted || lc.Conflicted {
+				continue // a listener not served takes no route
 			}
 			matched = true
 			if !t.allows(g, &l, r) {

@@ -68,7 +68,14 @@ func (g *gatewaySink) provided() []config.Listener {
 func gatewayListeners(res *gateway.Result) []config.Listener {
 	var ls []config.Listener
 	for _, l := range res.Listeners {
-		ls = append(ls, config.Listener{Name: l.Name, Address: l.Address.String(), Protocol: config.ProtocolHTTP, ReusePort: true, FreeBind: true, Provider: config.ProviderGateway})
+		cl := config.Listener{Name: l.Name, Address: l.Address.String(), Protocol: config.ProtocolHTTP, ReusePort: true, FreeBind: true, Provider: config.ProviderGateway}
+		if len(l.Certificates) > 0 {
+			cl.TLS = &config.ListenerTLS{MinVersion: config.DefaultTLSMinVersion}
+			for _, c := range l.Certificates {
+				cl.TLS.Certificates = append(cl.TLS.Certificates, config.Certificate{CertPEM: c.CertPEM, KeyPEM: c.KeyPEM})
+			}
+		}
+		ls = append(ls, cl)
 	}
 	return ls
 }

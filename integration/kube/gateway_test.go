@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,8 +16,10 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/gateway"
+	"github.com/baton-proxy/baton/integration/internal/certs"
 	"github.com/baton-proxy/baton/supervisor"
 	"go.uber.org/zap/zaptest"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -399,4 +402,118 @@ func TestGatewayStatusOneWriter(t *testing.T) {
 	<-replicas[first].done
 	other := map[string]string{"a": "b", "b": "a"}[first]
 	waitUntil(t, 10*time.Second, "the other replica holding the Lease", func() bool { return holder() == other })
+}
+
+// An HTTPS listener of a Gateway, end to end: its certificate from a
+// Secret, the route answered over TLS with SNI; the Secret rotated, new
+// connections get the new certificate (a zero-drop handoff), and a
+// Secret made invalid leaves the last good one serving.
+func TestGatewayHTTPS(t *testing.T) {
+	dyn := gatewayCRDs(t)
+	ns := newNamespace(t)
+	createService(t, ns, "app", "")
+	pod := startPod(t, "tls", "198.18.3.5")
+	writeSlice(t, ns, "app", []podState{readyPod(pod)})
+	ca := certs.NewCA(t, "gateway test CA")
+	secret := func(serial int64) *corev1.Secret {
+		c, k := ca.Issue(t, []string{"secure.example"}, certs.Options{SerialNum: serial})
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "secure"}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{corev1.TLSCertKey: c, corev1.TLSPrivateKeyKey: k}}
+	}
+	if _, err := client.CoreV1().Secrets(ns).Create(context.Background(), secret(7), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	class := "baton-" + ns
+	startBaton(t, fmt.Sprintf(`controlSocket: "@DIR@/run/control.sock"
+readyTimeout: 20s
+kubernetes:
+  kubeconfig: %s
+gateway:
+  controllerName: example.test/%s
+  addresses: [198.18.64.200/32]
+`, kubeconfig, ns))
+	apply(t, dyn, fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: %[2]s}
+spec: {controllerName: example.test/%[1]s}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: tls, namespace: %[1]s}
+spec:
+  gatewayClassName: %[2]s
+  listeners:
+  - name: https
+    port: 443
+    protocol: HTTPS
+    hostname: secure.example
+    tls: {certificateRefs: [{name: secure}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: app, namespace: %[1]s}
+spec:
+  parentRefs: [{name: tls}]
+  rules:
+  - backendRefs: [{name: app, port: 80}]`, ns, class))
+	var lastErr error
+	defer func() {
+		if t.Failed() {
+			t.Logf("the last HTTPS error: %v", lastErr)
+		}
+	}()
+	serial := func() (int64, int) {
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+			TLSClientConfig: &tls.Config{RootCAs: ca.Pool, ServerName: "secure.example"}}}
+		req, _ := http.NewRequest("GET", "https://198.18.64.200/", nil)
+		req.Host = "secure.example" // the listener's hostname: routes attach under it
+		resp, err := c.Do(req)
+		if err != nil {
+			lastErr = err
+			return 0, 0
+		}
+		defer resp.Body.Close()
+		lastErr = fmt.Errorf("status %d, certificate %d", resp.StatusCode, resp.TLS.PeerCertificates[0].SerialNumber.Int64())
+		return resp.TLS.PeerCertificates[0].SerialNumber.Int64(), resp.StatusCode
+	}
+	waitUntil(t, 60*time.Second, "HTTPS served with the Secret's certificate", func() bool { s, code := serial(); return s == 7 && code == 200 })
+	// Status follows the data path: the Lease holder writes it.
+	waitUntil(t, 30*time.Second, "the serving Gateway Programmed", func() bool {
+		return condition(t, dyn, "gateways", ns, "tls", "Programmed") == "True"
+	})
+
+	// Rotated.
+	if _, err := client.CoreV1().Secrets(ns).Update(context.Background(), secret(8), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 60*time.Second, "the rotated certificate served", func() bool { s, _ := serial(); return s == 8 })
+
+	// Made invalid: the last good certificate serves on, and the listener
+	// says the reference is invalid.
+	broken := secret(9)
+	broken.Data[corev1.TLSCertKey] = []byte("not a certificate")
+	if _, err := client.CoreV1().Secrets(ns).Update(context.Background(), broken, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "ResolvedRefs false on the listener", func() bool {
+		u, err := dyn.Resource(gvr("gateways")).Namespace(ns).Get(context.Background(), "tls", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		ls, _, _ := unstructured.NestedSlice(u.Object, "status", "listeners")
+		if len(ls) == 0 {
+			return false
+		}
+		conds, _, _ := unstructured.NestedSlice(ls[0].(map[string]any), "conditions")
+		for _, c := range conds {
+			m := c.(map[string]any)
+			if m["type"] == "ResolvedRefs" {
+				return m["status"] == "False" && m["reason"] == "InvalidCertificateRef"
+			}
+		}
+		return false
+	})
+	if s, code := serial(); s != 8 || code != 200 {
+		t.Errorf("with the Secret broken: certificate %d, status %d; want the last good one (8) serving", s, code)
+	}
 }

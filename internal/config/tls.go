@@ -75,7 +75,7 @@ func checkTLS(t *ListenerTLS, where string, bad func(string, ...any)) {
 		bad("%s: tls needs at least one certificate", where)
 	}
 	for i, c := range t.Certificates {
-		if c.CertFile == "" || c.KeyFile == "" {
+		if (c.CertFile == "" || c.KeyFile == "") && (len(c.CertPEM) == 0 || len(c.KeyPEM) == 0) {
 			bad("%s: tls.certificates[%d] needs certFile and keyFile", where, i)
 		}
 	}

@@ -1,0 +1,152 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// listeners translates g's listeners into baton listeners (one per port)
+// and says what became of each (res.ListenerStatus). A port's listeners
+// share one socket, so they must share its protocol: a listener of
+// another protocol on a port taken is Conflicted (ProtocolConflict), and
+// so is one whose hostname another of the port has (HostnameConflict).
+func listeners(s *Snapshot, g *gwv1.Gateway, res *Result) {
+	addr, hasAddr := res.Addresses[key(&g.ObjectMeta)]
+	ports := map[gwv1.PortNumber]*Listener{}
+	var order []gwv1.PortNumber
+	hosts := map[gwv1.PortNumber][]string{}
+	for _, l := range g.Spec.Listeners {
+		lkey := key(&g.ObjectMeta) + "/" + string(l.Name)
+		lc := ListenerConditions{Accepted: true, AcceptedReason: string(gwv1.ListenerReasonAccepted),
+			ResolvedRefs: true, ResolvedReason: string(gwv1.ListenerReasonResolvedRefs), ConflictReason: string(gwv1.ListenerReasonNoConflicts)}
+		var certs []Certificate
+		switch l.Protocol {
+		case gwv1.HTTPProtocolType:
+		case gwv1.HTTPSProtocolType:
+			if l.TLS != nil && l.TLS.Mode != nil && *l.TLS.Mode != gwv1.TLSModeTerminate {
+				lc.Accepted, lc.AcceptedReason, lc.AcceptedMsg = false, string(gwv1.ListenerReasonUnsupportedValue), "an HTTPS listener terminates TLS"
+				break
+			}
+			certs, lc.ResolvedRefs, lc.ResolvedReason, lc.ResolvedMsg = certificates(s, g, &l, res)
+			if len(certs) == 0 && lc.ResolvedRefs {
+				lc.ResolvedRefs, lc.ResolvedReason, lc.ResolvedMsg = false, string(gwv1.ListenerReasonInvalidCertificateRef), "no certificateRefs"
+			}
+		default:
+			lc.Accepted, lc.AcceptedReason, lc.AcceptedMsg = false, string(gwv1.ListenerReasonUnsupportedProtocol), fmt.Sprintf("baton serves HTTP and HTTPS listeners here, not %s", l.Protocol)
+		}
+		if ar := l.AllowedRoutes; lc.Accepted && ar != nil && len(ar.Kinds) > 0 && !slices.ContainsFunc(ar.Kinds, func(k gwv1.RouteGroupKind) bool {
+			return k.Kind == kindRoute && (k.Group == nil || *k.Group == gatewayGroup)
+		}) {
+			lc.ResolvedRefs, lc.ResolvedReason, lc.ResolvedMsg = false, string(gwv1.ListenerReasonInvalidRouteKinds), "baton serves HTTPRoutes on this listener"
+		}
+		host := ""
+		if l.Hostname != nil {
+			host = string(*l.Hostname)
+		}
+		if p := ports[l.Port]; lc.Accepted && p != nil {
+			switch {
+			case p.Protocol != l.Protocol:
+				lc.Conflicted, lc.ConflictReason, lc.ConflictedMsg = true, string(gwv1.ListenerReasonProtocolConflict), fmt.Sprintf("port %d serves %s", l.Port, p.Protocol)
+			case slices.Contains(hosts[l.Port], host):
+				lc.Conflicted, lc.ConflictReason, lc.ConflictedMsg = true, string(gwv1.ListenerReasonHostnameConflict), fmt.Sprintf("another listener of port %d has hostname %q", l.Port, host)
+			}
+		}
+		res.ListenerStatus[lkey] = lc
+		if !lc.Accepted || lc.Conflicted || !hasAddr || l.Protocol == gwv1.HTTPSProtocolType && len(certs) == 0 {
+			continue
+		}
+		hosts[l.Port] = append(hosts[l.Port], host)
+		p := ports[l.Port]
+		if p == nil {
+			p = &Listener{Name: listenerName(g, l.Port), Address: netip.AddrPortFrom(addr, uint16(l.Port)), Protocol: l.Protocol}
+			ports[l.Port] = p
+			order = append(order, l.Port)
+		}
+		p.Certificates = append(p.Certificates, certs...)
+	}
+	for _, port := range order {
+		res.Listeners = append(res.Listeners, *ports[port])
+	}
+}
+
+// certificates resolves an HTTPS listener's certificateRefs: Secrets of
+// type kubernetes.io/tls, in the Gateway's namespace or in one whose
+// ReferenceGrant opens it to Gateways of the Gateway's. A Secret that is
+// not a valid certificate keeps its last good content serving, if it
+// had one; either way ResolvedRefs says so (InvalidCertificateRef,
+// RefNotPermitted).
+func certificates(s *Snapshot, g *gwv1.Gateway, l *gwv1.Listener, res *Result) ([]Certificate, bool, string, string) {
+	ok, reason, msg := true, string(gwv1.ListenerReasonResolvedRefs), ""
+	fail := func(r gwv1.ListenerConditionReason, m string) {
+		if ok {
+			ok, reason, msg = false, string(r), m
+		}
+	}
+	if l.TLS == nil {
+		return nil, false, string(gwv1.ListenerReasonInvalidCertificateRef), "an HTTPS listener needs tls.certificateRefs"
+	}
+	var out []Certificate
+	for _, ref := range l.TLS.CertificateRefs {
+		if ref.Group != nil && *ref.Group != "" && *ref.Group != "core" || ref.Kind != nil && *ref.Kind != "Secret" {
+			fail(gwv1.ListenerReasonInvalidCertificateRef, fmt.Sprintf("certificateRef %s: only Secrets", ref.Name))
+			continue
+		}
+		ns := g.Namespace
+		if ref.Namespace != nil {
+			ns = string(*ref.Namespace)
+		}
+		if ns != g.Namespace && !secretGranted(s, g.Namespace, ns, string(ref.Name)) {
+			fail(gwv1.ListenerReasonRefNotPermitted, fmt.Sprintf("certificateRef %s/%s: no ReferenceGrant in %s allows it", ns, ref.Name, ns))
+			continue
+		}
+		skey := ns + "/" + string(ref.Name)
+		sec := s.Secrets[skey]
+		var c Certificate
+		valid := false
+		if sec != nil && sec.Type == corev1.SecretTypeTLS {
+			c = Certificate{CertPEM: sec.Data[corev1.TLSCertKey], KeyPEM: sec.Data[corev1.TLSPrivateKeyKey]}
+			_, err := tls.X509KeyPair(c.CertPEM, c.KeyPEM)
+			valid = err == nil
+		}
+		if !valid {
+			what := "is not a certificate and key (type kubernetes.io/tls)"
+			if sec == nil {
+				what = "does not exist"
+			}
+			fail(gwv1.ListenerReasonInvalidCertificateRef, fmt.Sprintf("certificateRef %s %s", skey, what))
+			good, had := s.Good[skey]
+			if !had {
+				continue
+			}
+			c = good // the last good one serves on
+		}
+		res.Good[skey] = c
+		out = append(out, c)
+	}
+	return out, ok, reason, msg
+}
+
+// secretGranted reports whether a ReferenceGrant in namespace to lets
+// Gateways of namespace from use the Secret name.
+func secretGranted(s *Snapshot, from, to, name string) bool {
+	for _, g := range s.Grants {
+		if g.Namespace != to {
+			continue
+		}
+		okFrom := slices.ContainsFunc(g.Spec.From, func(f gwv1.ReferenceGrantFrom) bool {
+			return f.Group == gatewayGroup && f.Kind == kindGateway && string(f.Namespace) == from
+		})
+		okTo := slices.ContainsFunc(g.Spec.To, func(t gwv1.ReferenceGrantTo) bool {
+			return (t.Group == "" || t.Group == "core") && t.Kind == "Secret" && (t.Name == nil || string(*t.Name) == name)
+		})
+		if okFrom && okTo {
+			return true
+		}
+	}
+	return false
+}
