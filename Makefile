@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build run test testdeps kubebin h2spec vet fmt-check fuzz bench attacks bench-kube image clean
+.PHONY: all build run test testdeps kubebin h2spec vet fmt-check fuzz bench attacks bench-kube conformance image clean
 
 all: build
 
@@ -85,6 +85,19 @@ attacks:
 # with 10 and 10,000 endpoints (docs/kubernetes.md has the figures).
 bench-kube: kubebin
 	$(GO) test -run '^$$' -bench EndpointSliceToRoute -benchtime 200x ./integration/kube/
+
+# The Gateway API's upstream conformance suite, unmodified, against the
+# real binary on a real API server (integration/conformance; docs/gateway.md
+# says what the rig is). PROFILES: the profiles to run, a comma list;
+# REPORT: where the suite writes its ConformanceReport.
+PROFILES ?= GATEWAY-HTTP
+REPORT ?= $(CURDIR)/.cache/conformance/report.yaml
+conformance: kubebin testdeps
+	mkdir -p $(dir $(abspath $(REPORT)))
+	cd integration/conformance && $(GO) vet ./... && $(GO) test -count=1 -timeout 60m -run '^TestConformance$$' . -args \
+		-gateway-class=baton -conformance-profiles=$(PROFILES) -report-output=$(abspath $(REPORT)) \
+		-organization=baton-proxy -project=baton -url=https://github.com/baton-proxy/baton \
+		-version=$(VERSION) -contact=https://github.com/baton-proxy/baton/issues
 
 # The container image (Dockerfile), with docker or podman, whichever is
 # installed.

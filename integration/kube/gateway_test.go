@@ -7,20 +7,19 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/baton-proxy/baton/integration/internal/kuberig"
 
 	"github.com/baton-proxy/baton/gateway"
 	"github.com/baton-proxy/baton/integration/internal/certs"
 	"github.com/baton-proxy/baton/supervisor"
 	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -48,32 +47,9 @@ func gatewayCRDs(t *testing.T) dynamic.Interface {
 		if err != nil {
 			t.Fatalf("the gateway-api module: %v", err)
 		}
-		files, _ := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "standard", "*.yaml"))
-		if len(files) == 0 {
-			t.Fatal("no standard CRDs in the gateway-api module")
+		if err := kuberig.GatewayCRDs(cfg, strings.TrimSpace(string(out)), "standard"); err != nil {
+			t.Fatal(err)
 		}
-		crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var obj map[string]any
-			if err := yaml.Unmarshal(b, &obj); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			if obj["kind"] != "CustomResourceDefinition" {
-				continue // the safe-upgrades admission policy: not needed here
-			}
-			if _, err := crds.Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatalf("%s: %v", f, err)
-			}
-		}
-		// Served once the API server lists them.
-		waitUntil(t, 30*time.Second, "the Gateway API's CRDs served", func() bool {
-			_, err := dyn.Resource(gvr("httproutes")).List(context.Background(), metav1.ListOptions{})
-			return err == nil
-		})
 	})
 	return dyn
 }

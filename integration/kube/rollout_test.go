@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-proxy/baton/integration/internal/kuberig"
+
 	"github.com/baton-proxy/baton/integration/internal/harness"
 	"github.com/baton-proxy/baton/integration/internal/load"
 	"github.com/baton-proxy/baton/supervisor"
@@ -203,7 +205,7 @@ func TestWorkerWaitsForTheCaches(t *testing.T) {
 	good := batonConfig(ns, "shop", "endpoints", "")
 	b := startBaton(t, strings.Replace(good, "readyTimeout: 20s", "readyTimeout: 3s", 1))
 
-	unreachable := strings.Replace(string(mustRead(t, kubeconfig)), apiAddr, "127.0.0.1:1", 1)
+	unreachable := strings.Replace(string(mustRead(t, kubeconfig)), kuberig.APIAddr, "127.0.0.1:1", 1)
 	dead := b.Dir + "/dead-kubeconfig"
 	mustWrite(t, dead, unreachable)
 	b.WriteConfig(strings.Replace(strings.Replace(good, "readyTimeout: 20s", "readyTimeout: 3s", 1), kubeconfig, dead, 1))
