@@ -39,10 +39,12 @@ func listeners(s *Snapshot, g *gwv1.Gateway, res *Result) {
 		default:
 			lc.Accepted, lc.AcceptedReason, lc.AcceptedMsg = false, string(gwv1.ListenerReasonUnsupportedProtocol), fmt.Sprintf("baton serves HTTP and HTTPS listeners here, not %s", l.Protocol)
 		}
-		if ar := l.AllowedRoutes; lc.Accepted && ar != nil && len(ar.Kinds) > 0 && !slices.ContainsFunc(ar.Kinds, func(k gwv1.RouteGroupKind) bool {
-			return k.Kind == kindRoute && (k.Group == nil || *k.Group == gatewayGroup)
-		}) {
-			lc.ResolvedRefs, lc.ResolvedReason, lc.ResolvedMsg = false, string(gwv1.ListenerReasonInvalidRouteKinds), "baton serves HTTPRoutes on this listener"
+		if lc.Accepted {
+			var all bool
+			lc.Kinds, all = routeKinds(&l)
+			if !all {
+				lc.ResolvedRefs, lc.ResolvedReason, lc.ResolvedMsg = false, string(gwv1.ListenerReasonInvalidRouteKinds), "baton serves HTTPRoutes on this listener, and no other kind"
+			}
 		}
 		host := ""
 		if l.Hostname != nil {
@@ -72,6 +74,27 @@ func listeners(s *Snapshot, g *gwv1.Gateway, res *Result) {
 	for _, port := range order {
 		res.Listeners = append(res.Listeners, *ports[port])
 	}
+}
+
+// routeKinds returns the route kinds listener l takes that baton serves
+// (its supportedKinds), and whether it serves all that l names: with no
+// kinds named, HTTPRoute.
+func routeKinds(l *gwv1.Listener) ([]gwv1.RouteGroupKind, bool) {
+	httpRoute := gwv1.RouteGroupKind{Group: ptrTo(gwv1.Group(gatewayGroup)), Kind: kindRoute}
+	if l.AllowedRoutes == nil || len(l.AllowedRoutes.Kinds) == 0 {
+		return []gwv1.RouteGroupKind{httpRoute}, true
+	}
+	kinds, all := []gwv1.RouteGroupKind{}, true
+	for _, k := range l.AllowedRoutes.Kinds {
+		if k.Kind != kindRoute || k.Group != nil && *k.Group != gatewayGroup {
+			all = false
+			continue
+		}
+		if len(kinds) == 0 {
+			kinds = append(kinds, httpRoute)
+		}
+	}
+	return kinds, all
 }
 
 // certificates resolves an HTTPS listener's certificateRefs: Secrets of

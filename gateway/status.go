@@ -113,8 +113,23 @@ func gatewayStatus(g *gwv1.Gateway, res *Result, served error) *gwv1.GatewayStat
 	if hasAddr {
 		st.Addresses = []gwv1.GatewayStatusAddress{{Type: ptrTo(gwv1.IPAddressType), Value: addr.String()}}
 	}
-	apimeta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: string(gwv1.GatewayConditionAccepted), Status: metav1.ConditionTrue,
-		Reason: string(gwv1.GatewayReasonAccepted), ObservedGeneration: gen})
+	// Accepted unless no listener is; ListenersNotValid when one is not
+	// (accepted, and free of conflict).
+	accepted := metav1.Condition{Type: string(gwv1.GatewayConditionAccepted), Status: metav1.ConditionTrue,
+		Reason: string(gwv1.GatewayReasonAccepted), ObservedGeneration: gen}
+	valid := 0
+	for _, l := range g.Spec.Listeners {
+		if lc := res.ListenerStatus[key(&g.ObjectMeta)+"/"+string(l.Name)]; lc.Accepted && !lc.Conflicted {
+			valid++
+		}
+	}
+	if valid < len(g.Spec.Listeners) {
+		accepted.Reason, accepted.Message = string(gwv1.GatewayReasonListenersNotValid), fmt.Sprintf("%d of %d listeners are not valid: see their conditions", len(g.Spec.Listeners)-valid, len(g.Spec.Listeners))
+		if valid == 0 {
+			accepted.Status = metav1.ConditionFalse
+		}
+	}
+	apimeta.SetStatusCondition(&st.Conditions, accepted)
 	programmed := metav1.Condition{Type: string(gwv1.GatewayConditionProgrammed), Status: metav1.ConditionTrue, Reason: string(gwv1.GatewayReasonProgrammed), ObservedGeneration: gen}
 	switch {
 	case !hasAddr:
@@ -149,8 +164,8 @@ func listenerStatus(g *gwv1.Gateway, l *gwv1.Listener, prev []metav1.Condition, 
 		}
 		apimeta.SetStatusCondition(&conds, metav1.Condition{Type: string(t), Status: s, Reason: reason, Message: msg, ObservedGeneration: gen})
 	}
-	if lc.Accepted && (l.Protocol == gwv1.HTTPProtocolType || l.Protocol == gwv1.HTTPSProtocolType) {
-		ls.SupportedKinds = []gwv1.RouteGroupKind{{Group: ptrTo(gwv1.Group(gwv1.GroupName)), Kind: kindRoute}}
+	if lc.Kinds != nil {
+		ls.SupportedKinds = lc.Kinds
 	}
 	set(gwv1.ListenerConditionAccepted, lc.Accepted, lc.AcceptedReason, lc.AcceptedMsg)
 	set(gwv1.ListenerConditionResolvedRefs, lc.ResolvedRefs, lc.ResolvedReason, lc.ResolvedMsg)

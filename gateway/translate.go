@@ -91,6 +91,8 @@ type ListenerConditions struct {
 	ResolvedReason, ResolvedMsg   string
 	Conflicted                    bool
 	ConflictReason, ConflictedMsg string
+	// Kinds are the route kinds it takes that baton serves.
+	Kinds []gwv1.RouteGroupKind
 }
 
 // Result is what baton serves, and what the status says of each object.
@@ -243,8 +245,9 @@ type translator struct {
 // translates its rules for each baton listener it is attached to.
 func (t *translator) route(r *gwv1.HTTPRoute, gws []*gwv1.Gateway) {
 	rkey := key(&r.ObjectMeta)
-	// The effective hostnames on each baton listener.
-	hosts := map[string][]string{}
+	// The effective hostnames on each baton listener; none when one of
+	// its Gateway listeners takes the route for any host.
+	hosts, anyHost := map[string][]string{}, map[string]bool{}
 	var order []string
 	statuses := make([]ParentStatus, len(r.Spec.ParentRefs))
 	for i, ref := range r.Spec.ParentRefs {
@@ -278,6 +281,7 @@ func (t *translator) route(r *gwv1.HTTPRoute, gws []*gwv1.Gateway) {
 				order = append(order, name)
 			}
 			hosts[name] = union(hosts[name], hs)
+			anyHost[name] = anyHost[name] || len(hs) == 0
 		}
 		switch {
 		case !matched:
@@ -294,7 +298,11 @@ func (t *translator) route(r *gwv1.HTTPRoute, gws []*gwv1.Gateway) {
 	resolved, reason, msg := true, string(gwv1.RouteReasonResolvedRefs), ""
 	for _, name := range order {
 		for ri := range r.Spec.Rules {
-			rule, ok, why, m := t.rule(r, ri, name, hosts[name])
+			hs := hosts[name]
+			if anyHost[name] {
+				hs = nil
+			}
+			rule, ok, why, m := t.rule(r, ri, name, hs)
 			if !ok && resolved {
 				resolved, reason, msg = false, why, m
 			}
@@ -327,12 +335,10 @@ func findGateway(gws []*gwv1.Gateway, ref *gwv1.ParentReference, routeNS string)
 // allows reports whether listener l of g lets route r attach
 // (allowedRoutes: its kinds, and the namespaces it takes routes from).
 func (t *translator) allows(g *gwv1.Gateway, l *gwv1.Listener, r *gwv1.HTTPRoute) bool {
-	ar := l.AllowedRoutes
-	if ar != nil && len(ar.Kinds) > 0 && !slices.ContainsFunc(ar.Kinds, func(k gwv1.RouteGroupKind) bool {
-		return k.Kind == kindRoute && (k.Group == nil || *k.Group == gatewayGroup)
-	}) {
+	if kinds, _ := routeKinds(l); len(kinds) == 0 {
 		return false
 	}
+	ar := l.AllowedRoutes
 	from := gwv1.NamespacesFromSame
 	if ar != nil && ar.Namespaces != nil && ar.Namespaces.From != nil {
 		from = *ar.Namespaces.From

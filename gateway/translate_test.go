@@ -7,6 +7,7 @@ import (
 
 	"github.com/baton-proxy/baton/proxy/route"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
@@ -360,5 +361,98 @@ func TestServiceUpstream(t *testing.T) {
 	}
 	if modes["infra/vip"] != "clusterIP" || modes["infra/pods"] != "endpoints" {
 		t.Errorf("modes %v", modes)
+	}
+}
+
+// A route attached to two listeners of one port, one for any host and one
+// for a hostname, serves any host: the hostname's listener does not narrow
+// what the other takes (conformance: HTTPRouteRedirectPortAndScheme, whose
+// HTTPS Gateway has listeners "https" and "https-with-hostname" on 443).
+func TestAttachmentAnyHostWins(t *testing.T) {
+	gw := gateway("infra", "gw", "baton", 0, listener("any", 80, ""), listener("named", 80, "second.example"))
+	s := &Snapshot{
+		Classes:    []gwv1.GatewayClass{class("baton", DefaultControllerName)},
+		Gateways:   []gwv1.Gateway{gw},
+		HTTPRoutes: []gwv1.HTTPRoute{httpRoute("infra", "r", 1, "infra/gw", nil, "/", "svc")},
+		Services:   map[string]*corev1.Service{"infra/svc": service("infra", "svc")},
+	}
+	res := Translate(s, opts)
+	at := table(t, res)
+	for _, host := range []string{"example.org", "second.example"} {
+		if got := at("gw/infra/gw:80", host, "/"); got != "k8s/infra/svc:8080" {
+			t.Errorf("%s: %s, want the route's backend", host, got)
+		}
+	}
+	if res.Attached["infra/gw/any"] != 1 || res.Attached["infra/gw/named"] != 1 {
+		t.Errorf("attached: %v, want the route on both listeners", res.Attached)
+	}
+}
+
+// Listener conditions the spec gives for what baton does not serve
+// (Gateway API v1.6, ListenerConditionReason; conformance
+// GatewayInvalidRouteKind and GatewayListenerUnsupportedProtocol): a kind
+// of route that is not HTTPRoute makes ResolvedRefs false
+// (InvalidRouteKinds), supportedKinds listing only what is served; a
+// protocol that is not HTTP or HTTPS is not Accepted (UnsupportedProtocol)
+// and has no supportedKinds; a Gateway with no valid listener is not
+// Accepted (ListenersNotValid), one with some is, for that reason.
+func TestListenerKindsAndProtocols(t *testing.T) {
+	onlyInvalid := listener("only-invalid", 80, "")
+	onlyInvalid.AllowedRoutes = &gwv1.AllowedRoutes{Kinds: []gwv1.RouteGroupKind{{Kind: "InvalidRoute"}}}
+	mixed := listener("mixed", 81, "")
+	mixed.AllowedRoutes = &gwv1.AllowedRoutes{Kinds: []gwv1.RouteGroupKind{{Kind: "InvalidRoute"}, {Kind: kindRoute}}}
+	unsupported := listener("invalid", 1111, "")
+	unsupported.Protocol = "INVALID"
+	some := gateway("infra", "some", "baton", 0, listener("http", 80, ""), unsupported)
+	none := gateway("infra", "none", "baton", 1, unsupported)
+	kinds := gateway("infra", "kinds", "baton", 2, onlyInvalid, mixed)
+	s := &Snapshot{Classes: []gwv1.GatewayClass{class("baton", DefaultControllerName)}, Gateways: []gwv1.Gateway{some, none, kinds}}
+	res := Translate(s, Options{ControllerName: DefaultControllerName, Addresses: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/24")}})
+
+	httpRoute := []gwv1.RouteGroupKind{{Group: ptr(gwv1.Group(gwv1.GroupName)), Kind: kindRoute}}
+	for _, tc := range []struct {
+		gw       *gwv1.Gateway
+		listener string
+		accepted bool
+		reason   gwv1.ListenerConditionReason // of ResolvedRefs when accepted, else of Accepted
+		kinds    []gwv1.RouteGroupKind
+	}{
+		{&some, "http", true, gwv1.ListenerReasonResolvedRefs, httpRoute},
+		{&some, "invalid", false, gwv1.ListenerReasonUnsupportedProtocol, nil},
+		{&kinds, "only-invalid", true, gwv1.ListenerReasonInvalidRouteKinds, []gwv1.RouteGroupKind{}},
+		{&kinds, "mixed", true, gwv1.ListenerReasonInvalidRouteKinds, httpRoute},
+	} {
+		l := gwv1.Listener{}
+		for _, x := range tc.gw.Spec.Listeners {
+			if string(x.Name) == tc.listener {
+				l = x
+			}
+		}
+		ls := listenerStatus(tc.gw, &l, nil, res, true)
+		cond := apimeta.FindStatusCondition(ls.Conditions, string(gwv1.ListenerConditionResolvedRefs))
+		if !tc.accepted {
+			cond = apimeta.FindStatusCondition(ls.Conditions, string(gwv1.ListenerConditionAccepted))
+		}
+		if cond == nil || cond.Reason != string(tc.reason) {
+			t.Errorf("%s/%s: %+v, want reason %s", tc.gw.Name, tc.listener, ls.Conditions, tc.reason)
+		}
+		if len(ls.SupportedKinds) != len(tc.kinds) || len(tc.kinds) == 1 && ls.SupportedKinds[0].Kind != kindRoute {
+			t.Errorf("%s/%s: supportedKinds %v, want %v", tc.gw.Name, tc.listener, ls.SupportedKinds, tc.kinds)
+		}
+	}
+	for _, tc := range []struct {
+		gw     *gwv1.Gateway
+		status metav1.ConditionStatus
+		reason gwv1.GatewayConditionReason
+	}{
+		{&some, metav1.ConditionTrue, gwv1.GatewayReasonListenersNotValid},
+		{&none, metav1.ConditionFalse, gwv1.GatewayReasonListenersNotValid},
+		{&kinds, metav1.ConditionTrue, gwv1.GatewayReasonAccepted},
+	} {
+		st := gatewayStatus(tc.gw, res, nil)
+		c := apimeta.FindStatusCondition(st.Conditions, string(gwv1.GatewayConditionAccepted))
+		if c == nil || c.Status != tc.status || c.Reason != string(tc.reason) {
+			t.Errorf("Gateway %s: Accepted %+v, want %s %s", tc.gw.Name, c, tc.status, tc.reason)
+		}
 	}
 }

@@ -81,7 +81,6 @@ func (k *Kubelet) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer logs.Close()
 
 	factory := informers.NewSharedInformerFactory(k.Client, 0)
 	inf := factory.Core().V1().Pods().Informer()
@@ -99,6 +98,8 @@ func (k *Kubelet) Run(ctx context.Context) error {
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		logs.Close()
+		k.wg.Wait()
 		return ctx.Err()
 	}
 	var workers sync.WaitGroup
@@ -121,6 +122,7 @@ func (k *Kubelet) Run(ctx context.Context) error {
 	for _, c := range all {
 		c.stop(0)
 	}
+	logs.Close()
 	k.wg.Wait()
 	return nil
 }
