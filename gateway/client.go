@@ -96,6 +96,16 @@ var resources = []struct {
 	{"secrets", false, false, &corev1.Secret{}, func() runtime.Object { return &corev1.SecretList{} }},
 }
 
+// fieldSelector narrows what is read of a resource: of Secrets, only
+// those of type kubernetes.io/tls, the only ones a listener can use, so
+// that baton holds no other Secret of the cluster in memory.
+func fieldSelector(resource string) string {
+	if resource == "secrets" {
+		return "type=" + string(corev1.SecretTypeTLS)
+	}
+	return ""
+}
+
 // listWatch lists and watches a resource in every namespace.
 func (c *Client) listWatch(resource string, gateway bool, newList func() runtime.Object) cache.ListerWatcher {
 	rc := c.core
@@ -104,12 +114,14 @@ func (c *Client) listWatch(resource string, gateway bool, newList func() runtime
 	}
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = fieldSelector(resource)
 			out := newList()
 			err := rc.Get().Resource(resource).VersionedParams(&opts, c.params).Do(ctx).Into(out)
 			return out, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.Watch = true
+			opts.FieldSelector = fieldSelector(resource)
 			return rc.Get().Resource(resource).VersionedParams(&opts, c.params).Watch(ctx)
 		},
 	}
