@@ -129,7 +129,7 @@ func (c *Client) listWatch(resource string, gateway bool, newList func() runtime
 
 // updateStatus writes obj's status (its status subresource), as obj's
 // resourceVersion says it was read: a conflict means the object changed
-// since, and its next event brings the status to write again.
+// since, and the status writer tries again.
 func (c *Client) updateStatus(ctx context.Context, resource, namespace, name string, obj runtime.Object) error {
 	req := c.gw.Put().Resource(resource).Name(name).SubResource("status").Body(obj)
 	if namespace != "" {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
@@ -26,7 +28,10 @@ type Sink interface {
 // Controller watches the Gateway API objects and the Services and
 // Namespaces they name, and hands what they ask for to a Sink. One
 // goroutine (Run's) translates: informer callbacks only say that
-// something changed, so a burst of changes is one translation.
+// something changed, so a burst of changes is one translation. Another
+// writes status, from the latest translation when it is free: a burst of
+// status writes (a thousand routes at the client's rate) never holds up
+// serving the next change.
 type Controller struct {
 	client *Client
 	opts   Options
@@ -40,8 +45,25 @@ type Controller struct {
 
 	mu   sync.Mutex // protects last
 	last *Result    // the last result served
+	// lastServed is servingKey of the last result served (Run's goroutine
+	// only).
+	lastServed string
 
 	elector *elector // whether this replica writes status
+	// statuses holds the latest translation whose statuses are to be
+	// written (capacity 1: a newer one replaces it).
+	statuses chan statusWork
+}
+
+// conflictRetry is how long the status writer waits, after a write that
+// conflicted, before it tries again from the cache.
+const conflictRetry = 200 * time.Millisecond
+
+// statusWork is what the status writer writes from.
+type statusWork struct {
+	s      *Snapshot
+	res    *Result
+	served error
 }
 
 // New returns a controller on client; Run runs it.
@@ -65,14 +87,19 @@ func New(client *Client, opts Options, sink Sink, log *zap.Logger) *Controller {
 	if opts.RetryPeriod == 0 {
 		opts.RetryPeriod = DefaultRetryPeriod
 	}
-	c := &Controller{client: client, opts: opts, sink: sink, log: log.Named("gateway"), stores: map[string]cache.Store{}, notify: make(chan struct{}, 1)}
+	c := &Controller{client: client, opts: opts, sink: sink, log: log.Named("gateway"), stores: map[string]cache.Store{}, notify: make(chan struct{}, 1),
+		statuses: make(chan statusWork, 1)}
 	c.elector = &elector{c: client, namespace: opts.Namespace, identity: opts.Identity, duration: opts.LeaseDuration, retry: opts.RetryPeriod,
 		log: c.log, onChange: c.changed}
 	for _, r := range resources {
 		inf := cache.NewSharedIndexInformer(client.listWatch(r.name, r.gateway, r.list), r.obj, 0, cache.Indexers{})
 		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { c.changed() },
-			UpdateFunc: func(any, any) { c.changed() },
+			AddFunc: func(any) { c.changed() },
+			UpdateFunc: func(old, cur any) {
+				if !statusOnly(old, cur) {
+					c.changed()
+				}
+			},
 			DeleteFunc: func(any) { c.changed() },
 		})
 		c.stores[r.name] = inf.GetStore()
@@ -80,6 +107,23 @@ func New(client *Client, opts Options, sink Sink, log *zap.Logger) *Controller {
 		c.infs = append(c.infs, inf)
 	}
 	return c
+}
+
+// statusOnly reports whether an update of a Gateway API object changed
+// only its status (its generation, labels and annotations are as they
+// were): a status write, most often the controller's own, which changes
+// nothing the translation reads but a Gateway's addresses, which the
+// controller wrote from the translation itself. A status write that
+// conflicts is tried again by the writer (writeStatuses), not by this
+// event.
+func statusOnly(old, cur any) bool {
+	o, ok1 := old.(metav1.Object)
+	n, ok2 := cur.(metav1.Object)
+	if !ok1 || !ok2 || n.GetGeneration() == 0 {
+		return false // Services, Namespaces and Secrets have no generation
+	}
+	return o.GetGeneration() == n.GetGeneration() && o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) &&
+		maps.Equal(o.GetLabels(), n.GetLabels()) && maps.Equal(o.GetAnnotations(), n.GetAnnotations())
 }
 
 func (c *Controller) changed() {
@@ -99,6 +143,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		running.Go(func() { inf.RunWithContext(ctx) })
 	}
 	running.Go(func() { c.elector.run(ctx) })
+	running.Go(func() { c.writeLoop(ctx) })
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("gateway: caches did not sync: %w", ctx.Err())
 	}
@@ -126,9 +171,10 @@ func (c *Controller) reconcile(ctx context.Context) {
 	start := time.Now()
 	s := c.snapshot()
 	res := Translate(s, c.opts)
-	prev := c.Last()
+	served := servingKey(res)
 	var serveErr error
-	if prev == nil || !sameServing(prev, res) {
+	if c.Last() == nil || served != c.lastServed {
+		c.lastServed = served
 		serveErr = c.sink.Serve(ctx, res)
 		if serveErr != nil {
 			c.log.Warn("serving the Gateway API's routes", zap.Error(serveErr))
@@ -137,12 +183,58 @@ func (c *Controller) reconcile(ctx context.Context) {
 	c.mu.Lock()
 	c.last = res
 	c.mu.Unlock()
-	n := 0
 	if c.elector.Leader() {
-		n = c.writeStatuses(ctx, s, res, serveErr)
+		c.queueStatuses(statusWork{s, res, serveErr})
 	}
 	c.log.Debug("reconciled", zap.Duration("took", time.Since(start)), zap.Int("listeners", len(res.Listeners)),
-		zap.Int("rules", len(res.Routing.Rules)), zap.Int("statusesWritten", n))
+		zap.Int("rules", len(res.Routing.Rules)))
+}
+
+// queueStatuses hands w to the status writer, in place of one it has not
+// taken yet.
+func (c *Controller) queueStatuses(w statusWork) {
+	for {
+		select {
+		case c.statuses <- w:
+			return
+		default:
+		}
+		select {
+		case <-c.statuses: // replaced by the newer one
+		default:
+		}
+	}
+}
+
+// writeLoop writes the statuses of each translation queued, until ctx
+// ends. A write that conflicts (the object changed since the snapshot)
+// is written again from the translation of that change.
+func (c *Controller) writeLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case w := <-c.statuses:
+			if !c.elector.Leader() {
+				continue
+			}
+			start := time.Now()
+			conflicts := false
+			n := c.writeStatuses(ctx, w.s, w.res, w.served, &conflicts)
+			c.log.Debug("statuses written", zap.Int("written", n), zap.Bool("conflicts", conflicts), zap.Duration("took", time.Since(start)))
+			if conflicts {
+				// Once the cache has what the writes conflicted with (a
+				// status write of another controller is no event of
+				// ours: statusOnly), translate and write again.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(conflictRetry):
+				}
+				c.changed()
+			}
+		}
+	}
 }
 
 // snapshot copies what the caches hold.
@@ -179,16 +271,12 @@ func (c *Controller) snapshot() *Snapshot {
 	return s
 }
 
-// sameServing reports whether two results serve the same: listeners and
-// routing (statuses aside).
-func sameServing(a, b *Result) bool {
-	ja, _ := json.Marshal(struct {
+// servingKey is what a result serves, listeners and routing (statuses
+// aside), as a string to compare with the last one served.
+func servingKey(r *Result) string {
+	b, _ := json.Marshal(struct {
 		L any
 		R any
-	}{a.Listeners, a.Routing})
-	jb, _ := json.Marshal(struct {
-		L any
-		R any
-	}{b.Listeners, b.Routing})
-	return string(ja) == string(jb)
+	}{r.Listeners, r.Routing})
+	return string(b)
 }

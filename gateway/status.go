@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -34,15 +35,20 @@ var SupportedFeatures = []gwv1.FeatureName{
 }
 
 // writeStatuses writes the statuses that differ from what the objects
-// have, and returns how many it wrote. Status is written only when it
+// have, and returns how many it wrote; conflicts says whether a write
+// found its object changed since s. Status is written only when it
 // changes: an object's write is an event, and the next reconcile finds it
 // equal, so there is no loop of writes. served is the outcome of serving
 // the result (a Gateway is Programmed only when its sockets listen).
-func (c *Controller) writeStatuses(ctx context.Context, s *Snapshot, res *Result, served error) int {
+func (c *Controller) writeStatuses(ctx context.Context, s *Snapshot, res *Result, served error, conflicts *bool) int {
 	n := 0
 	write := func(resource, ns, name string, obj runtime.Object) {
 		if err := c.client.updateStatus(ctx, resource, ns, name, obj); err != nil {
-			c.log.Debug("status not written (written again at the next change)", zap.String("resource", resource), zap.String("name", ns+"/"+name), zap.Error(err))
+			// A conflict: the object changed since the snapshot (another
+			// controller wrote its part of a route's status, say). The
+			// writer tries again once the cache has the change.
+			*conflicts = *conflicts || apierrors.IsConflict(err)
+			c.log.Debug("status not written", zap.String("resource", resource), zap.String("name", ns+"/"+name), zap.Error(err))
 			return
 		}
 		n++

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/proxy/kube"
@@ -83,8 +85,9 @@ func kubeTargets(cfg []config.Backend, dynamic map[string]*backend) []kube.Targe
 			ts = append(ts, t)
 		}
 	}
-	for _, b := range dynamic {
-		if t, ok := kubeTarget(&b.cfg); ok {
+	names := slices.Sorted(maps.Keys(dynamic)) // an order that holds from one routing to the next
+	for _, name := range names {
+		if t, ok := kubeTarget(&dynamic[name].cfg); ok {
 			ts = append(ts, t)
 		}
 	}

@@ -48,10 +48,15 @@ func extendWriteDeadline(c net.Conn, dl *time.Time, now time.Time, timeout time.
 }
 
 // addrPool holds the idle connections to one address. It is a buffered
-// channel: taking and returning need no lock of ours.
+// channel: taking and returning need no lock of ours. The channel is made
+// at the first put: of a Service of thousands of endpoints, a worker
+// holds idle connections to few, and an empty pool costs no 8 KiB of
+// buffer (a nil channel takes nothing and gives nothing, which every
+// select of the pool's takes as empty).
 type addrPool struct {
 	addr     string
-	idle     chan *upConn
+	size     int
+	idleCh   atomic.Pointer[chan *upConn]
 	lifetime time.Duration // a connection older than this is not reused; 0: no limit
 	// idleTimeout: a connection unused this long is closed, not reused
 	// (the backend's idleTimeout; below the common backend keep-alive
@@ -63,7 +68,27 @@ type addrPool struct {
 }
 
 func newAddrPool(addr string, size int, lifetime, idleTimeout time.Duration) *addrPool {
-	return &addrPool{addr: addr, idle: make(chan *upConn, size), lifetime: lifetime, idleTimeout: idleTimeout}
+	return &addrPool{addr: addr, size: size, lifetime: lifetime, idleTimeout: idleTimeout}
+}
+
+// idle is the pool's channel, nil before the first put.
+func (p *addrPool) idle() chan *upConn {
+	if c := p.idleCh.Load(); c != nil {
+		return *c
+	}
+	return nil
+}
+
+// idleForPut is the pool's channel, made if need be.
+func (p *addrPool) idleForPut() chan *upConn {
+	if c := p.idle(); c != nil {
+		return c
+	}
+	c := make(chan *upConn, p.size)
+	if p.idleCh.CompareAndSwap(nil, &c) {
+		return c
+	}
+	return p.idle()
 }
 
 // retire stops pooling and closes the idle connections.
@@ -78,9 +103,10 @@ func (p *addrPool) retire() {
 // response), is closed, never used: those bytes would become the next
 // client's response.
 func (p *addrPool) get(now time.Time) *upConn {
+	idle := p.idle()
 	for {
 		select {
-		case uc := <-p.idle:
+		case uc := <-idle:
 			if now.Sub(uc.idle) > p.idleTimeout || !uc.alive() {
 				uc.c.Close()
 				continue
@@ -101,7 +127,7 @@ func (p *addrPool) put(uc *upConn, now time.Time) {
 	}
 	uc.idle = now
 	select {
-	case p.idle <- uc:
+	case p.idleForPut() <- uc:
 	default:
 		uc.c.Close()
 	}
@@ -111,15 +137,16 @@ func (p *addrPool) put(uc *upConn, now time.Time) {
 // idleTimeout, so that they do not hold the backend's resources until the
 // next request comes.
 func (p *addrPool) reap(now time.Time) {
-	for range len(p.idle) {
+	idle := p.idle()
+	for range len(idle) {
 		select {
-		case uc := <-p.idle:
+		case uc := <-idle:
 			if now.Sub(uc.idle) > p.idleTimeout {
 				uc.c.Close()
 				continue
 			}
 			select {
-			case p.idle <- uc: // back, with its own idle time
+			case idle <- uc: // back, with its own idle time
 			default:
 				uc.c.Close()
 			}
@@ -131,9 +158,10 @@ func (p *addrPool) reap(now time.Time) {
 
 // closeIdle closes every pooled connection.
 func (p *addrPool) closeIdle() {
+	idle := p.idle()
 	for {
 		select {
-		case uc := <-p.idle:
+		case uc := <-idle:
 			uc.c.Close()
 		default:
 			return

@@ -88,9 +88,11 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 		for {
 			select {
 			case payload := <-routings:
+				start := time.Now()
 				if err := p.ApplyRouting(actx, payload); err != nil {
 					log.Warn("routing applied in part", zap.Error(err))
 				}
+				log.Debug("routing applied", zap.Int("bytes", len(payload)), zap.Duration("took", time.Since(start)))
 				first.Do(func() { close(routed) })
 			case <-actx.Done():
 				return

@@ -92,6 +92,22 @@ var workerRecordings = []struct {
 	// thread and processor, and why each waited): read it with `go tool
 	// trace`. It grows by megabytes a second under load: for short runs.
 	{"BATON_WORKER_TRACE", "trace", "execution trace", trace.Start, trace.Stop},
+	// The heap profile, written as the worker stops (after a GC): what
+	// it held at the end, and what it allocated on the way. `go tool
+	// pprof -sample_index=inuse_space`.
+	{"BATON_WORKER_HEAPPROFILE", "heap", "heap profile", heapProfile.start, heapProfile.stop},
+}
+
+// heapProfile writes the heap profile at the worker's stop.
+var heapProfile heapRecording
+
+type heapRecording struct{ w io.Writer }
+
+func (h *heapRecording) start(w io.Writer) error { h.w = w; return nil }
+
+func (h *heapRecording) stop() {
+	runtime.GC()
+	pprof.WriteHeapProfile(h.w)
 }
 
 // startRecording starts writing to dir/worker-PID.ext with start; the

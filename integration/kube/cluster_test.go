@@ -98,7 +98,7 @@ type pod struct {
 
 // startPod runs the test backend as a pod on ip:8080 and waits until it
 // accepts connections.
-func startPod(t *testing.T, name, ip string) *pod {
+func startPod(t testing.TB, name, ip string) *pod {
 	t.Helper()
 	if err := addAddr(ip); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -404,10 +405,17 @@ func (w *Watcher) setTargets(ctx context.Context, targets []Target) error {
 	for _, c := range gone {
 		c.end()
 	}
+	// Recomputed: the Services of a new cache, and those whose targets
+	// changed. The others' endpoints are applied already: a routing
+	// change (a thousand routes to ten Services of a thousand endpoints)
+	// costs no pass over every endpoint.
 	w.mu.Lock()
+	prev := w.byService
 	w.byService = byService
-	for key := range byService {
-		w.dirty[key] = struct{}{}
+	for key, ts := range byService {
+		if fresh[ts[0].Namespace] != nil || !slices.EqualFunc(prev[key], ts, func(a, b *Target) bool { return *a == *b }) {
+			w.dirty[key] = struct{}{}
+		}
 	}
 	w.mu.Unlock()
 	for backend := range w.last {

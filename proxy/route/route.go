@@ -24,43 +24,43 @@ type Rule[B any] struct {
 	// Name says where the rule came from (for logs and status):
 	// "routes[3]" in baton's YAML, "httproute ns/name rule 2" for the
 	// Gateway API.
-	Name string
+	Name string `json:",omitzero"`
 	// Listener is the listener the rule serves.
-	Listener string
+	Listener string `json:",omitzero"`
 	// Hostnames are the hosts the rule takes: exact names, or "*.suffix"
 	// for any host under suffix (not suffix itself). None: any host.
 	// They match case-insensitively, without port or trailing dot.
-	Hostnames []string
+	Hostnames []string `json:",omitzero"`
 	// Matches: the rule takes a request that satisfies any one of them;
 	// none is a PathPrefix match of "/", which takes every request.
-	Matches []Match
+	Matches []Match `json:",omitzero"`
 	// Backends are where the requests go, each with its share. A zero
 	// total weight (no backend, or all weighted 0) answers 500, as the
 	// Gateway API asks of a rule whose backends are all invalid; a backend
 	// whose Invalid is set answers 500 for its share.
-	Backends []Backend[B]
+	Backends []Backend[B] `json:",omitzero"`
 	// MaxBodySize bounds a request body (413 above it); 0: no bound.
-	MaxBodySize int64
+	MaxBodySize int64 `json:",omitzero"`
 	// BufferRequestBody: request bodies up to this size are read whole
 	// before a backend is chosen; 0: every body streams.
-	BufferRequestBody int64
+	BufferRequestBody int64 `json:",omitzero"`
 	// Filters change requests and responses; Timeouts bound them.
-	Filters  Filters[B]
-	Timeouts Timeouts
+	Filters  Filters[B] `json:",omitzero"`
+	Timeouts Timeouts   `json:",omitzero"`
 	// Order breaks the ties the matches leave: the older rule wins.
-	Order Order
+	Order Order `json:",omitzero"`
 }
 
 // Backend is one of a rule's backends and its weight.
 type Backend[B any] struct {
-	Target B
+	Target B `json:",omitzero"`
 	// Weight is the backend's share, relative to the rule's other
 	// backends; 0 sends it nothing.
-	Weight int
+	Weight int `json:",omitzero"`
 	// Invalid marks a backend the rule names but that cannot be reached
 	// (an unknown kind, a Service that does not exist): its share of the
 	// requests is answered 500.
-	Invalid bool
+	Invalid bool `json:",omitzero"`
 }
 
 // Order is what decides between rules that the matches leave tied, in the
@@ -69,9 +69,9 @@ type Backend[B any] struct {
 // first match of the rule. Translators without routes of their own (baton's
 // YAML) leave Created zero and number their rules in Index.
 type Order struct {
-	Created time.Time
-	Route   string // namespace/name
-	Index   int    // the rule's place in its route
+	Created time.Time `json:",omitzero"`
+	Route   string    `json:",omitzero"` // namespace/name
+	Index   int       `json:",omitzero"` // the rule's place in its route
 }
 
 // PathType is how a Match compares the request's path.
@@ -109,29 +109,29 @@ func (t PathType) String() string {
 
 // Match is a set of conditions that must all hold.
 type Match struct {
-	Path PathMatch
+	Path PathMatch `json:",omitzero"`
 	// Method, when set, is the request's method exactly.
-	Method string
+	Method string `json:",omitzero"`
 	// Headers and Query must all match. Names of header fields are
 	// case-insensitive; query parameter names are exact.
-	Headers []ValueMatch
-	Query   []ValueMatch
+	Headers []ValueMatch `json:",omitzero"`
+	Query   []ValueMatch `json:",omitzero"`
 }
 
 // PathMatch is a condition on the request's path (normalised, without its
 // query).
 type PathMatch struct {
-	Type  PathType
-	Value string
+	Type  PathType `json:",omitzero"`
+	Value string   `json:",omitzero"`
 }
 
 // ValueMatch is a condition on a header field or a query parameter: its
 // value is Value exactly or, when Regex is set, Value as a regular
 // expression matches all of it.
 type ValueMatch struct {
-	Name  string
-	Value string
-	Regex bool
+	Name  string `json:",omitzero"`
+	Value string `json:",omitzero"`
+	Regex bool   `json:",omitzero"`
 }
 
 // compiledValue is a ValueMatch ready for requests.
@@ -147,22 +147,22 @@ type compiledValue struct {
 type Filters[B any] struct {
 	// RequestHeaders and ResponseHeaders change the header fields of the
 	// request on its way upstream, and of the response on its way back.
-	RequestHeaders, ResponseHeaders *HeaderModifier
+	RequestHeaders, ResponseHeaders *HeaderModifier `json:",omitzero"`
 	// Redirect answers the request with a redirect instead of sending it
 	// anywhere.
-	Redirect *Redirect
+	Redirect *Redirect `json:",omitzero"`
 	// Rewrite changes the host and path the request goes upstream with.
-	Rewrite *Rewrite
+	Rewrite *Rewrite `json:",omitzero"`
 	// Mirrors get a copy of each request (their answers are dropped).
-	Mirrors []Mirror[B]
+	Mirrors []Mirror[B] `json:",omitzero"`
 }
 
 // HeaderModifier sets, adds and removes header fields (HTTPHeaderFilter):
 // the fields named by Set or Remove are dropped, then Set and Add are
 // written. Names are case-insensitive.
 type HeaderModifier struct {
-	Set, Add []Header
-	Remove   []string
+	Set, Add []Header `json:",omitzero"`
+	Remove   []string `json:",omitzero"`
 }
 
 // Header is a header field to write.
@@ -174,33 +174,33 @@ type Header struct{ Name, Value string }
 // changes, else the listener's; 80 for http and 443 for https are left
 // out of Location).
 type Redirect struct {
-	Scheme, Hostname string
-	Port             int
-	Path             *PathModifier
+	Scheme, Hostname string        `json:",omitzero"`
+	Port             int           `json:",omitzero"`
+	Path             *PathModifier `json:",omitzero"`
 	// StatusCode is 301, 302, 303, 307 or 308 (default 302).
-	StatusCode int
+	StatusCode int `json:",omitzero"`
 }
 
 // Rewrite is the host and path a request goes upstream with
 // (HTTPURLRewriteFilter): an empty Hostname keeps the request's.
 type Rewrite struct {
-	Hostname string
-	Path     *PathModifier
+	Hostname string        `json:",omitzero"`
+	Path     *PathModifier `json:",omitzero"`
 }
 
 // PathModifier replaces a request's path: all of it, or the prefix the
 // rule matched (ReplacePrefixMatch, which needs a PathPrefix match).
 type PathModifier struct {
 	// ReplacePrefix: replace the matched prefix, else the full path.
-	ReplacePrefix bool
-	Value         string
+	ReplacePrefix bool   `json:",omitzero"`
+	Value         string `json:",omitzero"`
 }
 
 // Mirror is a backend that gets a copy of a rule's requests.
 type Mirror[B any] struct {
-	Target B
+	Target B `json:",omitzero"`
 	// Percent of the requests mirrored (1 to 100; 0 is 100).
-	Percent int
+	Percent int `json:",omitzero"`
 }
 
 // Timeouts bound a rule's requests (HTTPRouteTimeouts): Request the whole
@@ -208,7 +208,7 @@ type Mirror[B any] struct {
 // each attempt upstream, to the response's head. 0: the backend's own
 // bounds only.
 type Timeouts struct {
-	Request, BackendRequest time.Duration
+	Request, BackendRequest time.Duration `json:",omitzero"`
 }
 
 // Resolve returns r with the targets of its backends and mirrors resolved

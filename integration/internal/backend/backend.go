@@ -43,7 +43,9 @@ type Server struct {
 //
 // HTTP: GET answers "ok"; /size/N answers N bytes; /sleep/D sleeps for the
 // Go duration D first; /headers answers the request's header fields; POST
-// (any path) echoes the body. TCP echoes.
+// (any path) echoes the body; a request with "Upgrade: echo" (any path)
+// switches protocols (101) and echoes, as a WebSocket would, until the
+// client half-closes. TCP echoes.
 func Start(name, httpAddr, tcpAddr string) (*Server, error) {
 	s := &Server{Name: name, conns: make(map[net.Conn]struct{})}
 	if httpAddr != "" {
@@ -129,6 +131,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "failing on purpose", http.StatusInternalServerError)
 		return
 	}
+	if r.Header.Get("Upgrade") == "echo" {
+		s.upgrade(w)
+		return
+	}
 	if r.Method == http.MethodPost || r.Method == http.MethodPut {
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -172,6 +178,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Length", "3")
 	w.Write(okBody)
+}
+
+// upgrade answers 101 and echoes what the client sends until it
+// half-closes, then closes.
+func (s *Server) upgrade(w http.ResponseWriter) {
+	c, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer c.Close()
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+	if brw.Flush() != nil {
+		return
+	}
+	io.Copy(c, brw.Reader) // the client's bytes the server read ahead, then the rest
 }
 
 func (s *Server) acceptTCP(ln net.Listener) {

@@ -51,6 +51,10 @@ type Config struct {
 	TCPStreams     int
 	StreamLife     time.Duration
 	StreamInterval time.Duration
+	// Upgrades clients hold the same streams over HTTP: a request to
+	// HTTPAddr with "Upgrade: echo" (the backend's WebSocket stand-in),
+	// then echoes through the switched connection.
+	Upgrades int
 	// Timeout bounds one request or one echo. Default 10s.
 	Timeout time.Duration
 	// RetryIdempotent makes GET clients retry, once, on a new connection, a
@@ -217,6 +221,10 @@ func Run(ctx context.Context, cfg Config) *Result {
 	})
 	spawn(cfg.TCPStreams, "tcp", func(ctx context.Context, r *recorder) {
 		streamClient(ctx, cfg, r)
+	})
+	upgradeReq := []byte(fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: baton-load\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", cfg.Path, cfg.Host))
+	spawn(cfg.Upgrades, "upgrade", func(ctx context.Context, r *recorder) {
+		upgradeClient(ctx, cfg, r, upgradeReq)
 	})
 	if cfg.H2 > 0 {
 		h2 := newH2Client(cfg)
@@ -520,6 +528,57 @@ func streamClient(ctx context.Context, cfg Config, r *recorder) {
 	}
 }
 
+// upgradeClient holds streams as streamClient does, each on an HTTP
+// connection switched by req (101) to the backend's echo.
+func upgradeClient(ctx context.Context, cfg Config, r *recorder, req []byte) {
+	buf := make([]byte, 64)
+	for !over(ctx) {
+		c, err := dialHTTP(ctx, cfg, r)
+		if err != nil {
+			if !over(ctx) {
+				r.fail(classify(err, false), err)
+			}
+			continue
+		}
+		r.connections++
+		if err := switchProtocols(c, cfg, req); err != nil {
+			if !over(ctx) {
+				r.fail(classify(err, false), err)
+			}
+		} else if err := stream(ctx, cfg, c, buf, r); err != nil {
+			r.fail(classify(err, false), err)
+		} else {
+			r.streams++
+		}
+		c.Close()
+	}
+}
+
+// switchProtocols sends req on c and reads a 101 response head, byte by
+// byte so that nothing of the stream after it is read ahead.
+func switchProtocols(c net.Conn, cfg Config, req []byte) error {
+	c.SetDeadline(time.Now().Add(cfg.Timeout))
+	if _, err := c.Write(req); err != nil {
+		return err
+	}
+	var head []byte
+	one := make([]byte, 1)
+	for !bytes.HasSuffix(head, []byte("\r\n\r\n")) {
+		if len(head) > 4096 {
+			return &badReply{"a response head over 4 KiB"}
+		}
+		if _, err := io.ReadFull(c, one); err != nil {
+			return err
+		}
+		head = append(head, one[0])
+	}
+	if !bytes.HasPrefix(head, []byte("HTTP/1.1 101 ")) {
+		line, _, _ := bytes.Cut(head, []byte("\r\n"))
+		return &badReply{fmt.Sprintf("upgrade answered %q, want 101", line)}
+	}
+	return nil
+}
+
 func stream(ctx context.Context, cfg Config, c net.Conn, buf []byte, r *recorder) error {
 	end := time.Now().Add(cfg.StreamLife)
 	var tick <-chan time.Time
@@ -554,8 +613,8 @@ func stream(ctx context.Context, cfg Config, c net.Conn, buf []byte, r *recorder
 			<-tick
 		}
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		if err := tc.CloseWrite(); err != nil {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		if err := cw.CloseWrite(); err != nil {
 			return err
 		}
 	}
