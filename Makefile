@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build run test testdeps kubebin h2spec vet fmt-check fuzz bench attacks bench-kube conformance image clean
+.PHONY: bench-gateway all build run test testdeps kubebin h2spec vet fmt-check fuzz bench attacks bench-kube conformance image clean
 
 all: build
 
@@ -71,9 +71,17 @@ fuzz:
 	./scripts/fuzz.sh $(FUZZTIME) $(FUZZERS)
 
 # Side by side with nginx and HAProxy (installed from Debian's packages when
-# missing); writes docs/benchmarks.md. BENCH_QUICK=1 for a short run.
-bench:
+# missing); writes docs/benchmarks.md, then its Gateway API section
+# (bench-gateway). BENCH_QUICK=1 for a short run.
+bench: kubebin
 	./scripts/bench.sh
+	./scripts/bench-gateway.sh
+
+# The Gateway API's figures on a real API server: a route change to
+# routing with 1, 100 and 1,000 HTTPRoutes, churn under load, memory;
+# written into docs/benchmarks.md.
+bench-gateway: kubebin
+	./scripts/bench-gateway.sh
 
 # The HTTP/2 and slow-client attacks (Rapid Reset, MadeYouReset, clients
 # that hang up, a dripped header block) against baton and nginx; writes

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/config"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -171,9 +172,10 @@ func (c *Controller) reconcile(ctx context.Context) {
 	start := time.Now()
 	s := c.snapshot()
 	res := Translate(s, c.opts)
-	served := servingKey(res)
 	var serveErr error
-	if c.Last() == nil || served != c.lastServed {
+	res.RoutingPayload, serveErr = config.MarshalRouting(res.Routing)
+	served := servingKey(res)
+	if serveErr == nil && (c.Last() == nil || served != c.lastServed) {
 		c.lastServed = served
 		serveErr = c.sink.Serve(ctx, res)
 		if serveErr != nil {
@@ -274,9 +276,6 @@ func (c *Controller) snapshot() *Snapshot {
 // servingKey is what a result serves, listeners and routing (statuses
 // aside), as a string to compare with the last one served.
 func servingKey(r *Result) string {
-	b, _ := json.Marshal(struct {
-		L any
-		R any
-	}{r.Listeners, r.Routing})
-	return string(b)
+	b, _ := json.Marshal(r.Listeners)
+	return string(b) + "\n" + string(r.RoutingPayload)
 }

@@ -111,6 +111,10 @@ type Result struct {
 	// Good are the certificates served, by Secret ("namespace/name"), for
 	// the next Snapshot.
 	Good map[string]Certificate
+	// RoutingPayload is Routing encoded for the workers
+	// (config.MarshalRouting), set by the controller before it serves the
+	// result.
+	RoutingPayload []byte
 }
 
 // ParentStatus is what became of one parent reference of a route: the

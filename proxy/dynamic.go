@@ -24,12 +24,12 @@ import (
 // config has, a rule that does not compile) leave their part out and are
 // returned; the rest serves.
 func (p *Proxy) ApplyRouting(ctx context.Context, payload []byte) error {
-	var r config.Routing
-	if err := json.Unmarshal(payload, &r); err != nil {
-		return fmt.Errorf("routing: %w", err)
-	}
 	p.routingMu.Lock()
 	defer p.routingMu.Unlock()
+	r, err := p.decodeRouting(payload)
+	if err != nil {
+		return err
+	}
 	old := p.dynamicBackends()
 	next := make(map[string]*backend, len(r.Backends))
 	var errs []error
@@ -56,9 +56,9 @@ func (p *Proxy) ApplyRouting(ctx context.Context, payload []byte) error {
 	for _, rr := range r.Rules {
 		rules = append(rules, route.Resolve(rr, find))
 	}
-	table, err := route.Compile(rules)
-	if err != nil {
-		errs = append(errs, err)
+	table, cerr := route.Compile(rules)
+	if cerr != nil {
+		errs = append(errs, cerr)
 	}
 	// The new backends first (the routes still lead to the old ones):
 	// their Kubernetes endpoints are in place before a route leads to
@@ -74,6 +74,31 @@ func (p *Proxy) ApplyRouting(ctx context.Context, payload []byte) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// decodeRouting decodes a routing payload (config.MarshalRouting). A
+// rule whose line the last routing had is not decoded again: a change of
+// one route of a thousand decodes that route's rules only. The cache
+// holds the last routing's rules. routingMu held.
+func (p *Proxy) decodeRouting(payload []byte) (config.Routing, error) {
+	backends, lines, err := config.RoutingLines(payload)
+	if err != nil {
+		return config.Routing{}, fmt.Errorf("routing: %w", err)
+	}
+	r := config.Routing{Backends: backends, Rules: make([]route.Rule[string], len(lines))}
+	next := make(map[string]route.Rule[string], len(lines))
+	for i, line := range lines {
+		if rule, ok := p.decodedRules[string(line)]; ok {
+			r.Rules[i], next[string(line)] = rule, rule
+			continue
+		}
+		if err := json.Unmarshal(line, &r.Rules[i]); err != nil {
+			return config.Routing{}, fmt.Errorf("routing: rule %d: %w", i, err)
+		}
+		next[string(line)] = r.Rules[i]
+	}
+	p.decodedRules = next
+	return r, nil
 }
 
 // kubeTargets are the Kubernetes Services of the config's backends and of

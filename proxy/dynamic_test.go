@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -23,7 +22,7 @@ import (
 
 func routingPayload(t *testing.T, r config.Routing) []byte {
 	t.Helper()
-	b, err := json.Marshal(r)
+	b, err := config.MarshalRouting(r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +88,21 @@ func TestApplyRouting(t *testing.T) {
 	}
 	if !blueBackend.byAddr[hostOf(blue)].pool.retired.Load() {
 		t.Error("the backend that left the routing still pools connections")
+	}
+	// The same rule again (its decoding kept from the last routing), its
+	// backend changed: the rule leads to the backend as it is now.
+	err = p.ApplyRouting(ctx, routingPayload(t, config.Routing{
+		Backends: []config.Backend{{Name: "gw/green", Static: []string{hostOf(blue)}}},
+		Rules:    []route.Rule[string]{rule("gw/green"), {Name: "second", Listener: "web", Hostnames: []string{"second.example"}, Backends: []route.Backend[string]{{Target: "gw/green", Weight: 1}}}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := get("app.example"); got != "blue" {
+		t.Fatalf("a kept rule whose backend changed: %q", got)
+	}
+	if got := get("second.example"); got != "blue" {
+		t.Fatalf("a new rule beside a kept one: %q", got)
 	}
 	err = p.ApplyRouting(ctx, routingPayload(t, config.Routing{
 		Backends: []config.Backend{{Name: "app", Static: []string{hostOf(green)}}},

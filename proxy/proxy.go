@@ -37,6 +37,9 @@ type Proxy struct {
 	// serializes).
 	dynamic   atomic.Pointer[map[string]*backend]
 	routingMu sync.Mutex
+	// decodedRules are the last routing's rules by their encoding
+	// (decodeRouting; routingMu).
+	decodedRules map[string]route.Rule[string]
 	// kube is the worker's Kubernetes watch, when one runs: started for
 	// the config's Services, or by the first routing that names one; its
 	// targets change with the routing.

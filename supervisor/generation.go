@@ -199,7 +199,7 @@ func (s *Supervisor) launch(sl *slot) error {
 		sl.log().Warn("sending hello failed; killing worker", zap.Error(err))
 		p.kill()
 	} else if hello.Routing {
-		s.sendRouting(sl) // announced by the hello
+		s.sendRouting(sl, false) // announced by the hello
 	}
 	sl.log().Debug("worker launched")
 	return nil

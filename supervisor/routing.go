@@ -40,20 +40,26 @@ func (s *Supervisor) handleRouting(ev routingEvent) {
 	for _, g := range st.gens {
 		for _, sl := range g.slots {
 			if sl.proc != nil {
-				s.sendRouting(sl)
+				s.sendRouting(sl, g.state == GenDraining)
 			}
 		}
 	}
 }
 
-// sendRouting sends the routing to sl's worker. A failure is the
-// worker's end; its exit decides what follows.
-func (s *Supervisor) sendRouting(sl *slot) {
+// sendRouting sends the routing to sl's worker, of a draining generation
+// or not. A failure is the worker's end; its exit decides what follows.
+func (s *Supervisor) sendRouting(sl *slot, draining bool) {
 	st := &s.state
 	if st.routing == nil {
 		return
 	}
 	if err := sl.proc.conn.Send(ipc.TypeRouting, ipc.Routing{Size: st.routingSize}, st.routing); err != nil {
+		if draining {
+			// A worker of a draining generation that is exiting: the
+			// routing was for its last requests, if any.
+			sl.log().Debug("sending the routing to a draining worker failed", zap.Error(err))
+			return
+		}
 		sl.log().Warn("sending the routing failed", zap.Error(err))
 	}
 }

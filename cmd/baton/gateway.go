@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"reflect"
@@ -30,9 +29,12 @@ type gatewaySink struct {
 // waits for the handoff: the routing first, so that the new generation's
 // workers have the routes of the listeners they open.
 func (g *gatewaySink) Serve(ctx context.Context, res *gateway.Result) error {
-	payload, err := json.Marshal(res.Routing)
-	if err != nil {
-		return fmt.Errorf("gateway routing: %w", err)
+	payload := res.RoutingPayload
+	if payload == nil {
+		var err error
+		if payload, err = config.MarshalRouting(res.Routing); err != nil {
+			return fmt.Errorf("gateway routing: %w", err)
+		}
 	}
 	if err := g.sup.SetRouting(payload); err != nil {
 		return fmt.Errorf("gateway routing: %w", err)

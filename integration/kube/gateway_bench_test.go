@@ -342,18 +342,22 @@ func gatewayChurn(b *testing.B) {
 // mappings.
 func (g *gatewayBench) setListeners(tb testing.TB, base string, extra []string) {
 	tb.Helper()
-	res := g.dyn.Resource(gvr("gateways")).Namespace(g.ns)
-	cur, err := res.Get(context.Background(), "gw", metav1.GetOptions{})
-	if err != nil {
-		tb.Fatal(err)
-	}
 	var ls []any
 	doc := "[" + strings.Join(append([]string{base}, extra...), ", ") + "]"
 	if err := yaml.Unmarshal([]byte(doc), &ls); err != nil {
 		tb.Fatal(err)
 	}
-	unstructured.SetNestedSlice(cur.Object, ls, "spec", "listeners")
-	if _, err := res.Update(context.Background(), cur, metav1.UpdateOptions{}); err != nil {
+	res := g.dyn.Resource(gvr("gateways")).Namespace(g.ns)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error { // the controller writes its status
+		cur, err := res.Get(context.Background(), "gw", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		unstructured.SetNestedSlice(cur.Object, ls, "spec", "listeners")
+		_, err = res.Update(context.Background(), cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		tb.Fatalf("update the Gateway's listeners: %v", err)
 	}
 }

@@ -420,6 +420,49 @@ type Routing struct {
 	Rules    []route.Rule[string] `json:"rules,omitempty"`
 }
 
+// MarshalRouting encodes r as it travels: JSON lines, the first an
+// object of the backends, then one rule a line (compact JSON has no raw
+// newline). A worker splits the lines without parsing them and decodes
+// only the rules the last routing did not have (RoutingLines), so that a
+// change of one route of a thousand costs one route's decoding.
+func MarshalRouting(r Routing) ([]byte, error) {
+	head, err := json.Marshal(struct {
+		Backends []Backend `json:"backends,omitempty"`
+	}{r.Backends})
+	if err != nil {
+		return nil, fmt.Errorf("routing backends: %w", err)
+	}
+	b := bytes.NewBuffer(head)
+	for i := range r.Rules {
+		line, err := json.Marshal(&r.Rules[i])
+		if err != nil {
+			return nil, fmt.Errorf("routing rule %s: %w", r.Rules[i].Name, err)
+		}
+		b.WriteByte('\n')
+		b.Write(line)
+	}
+	return b.Bytes(), nil
+}
+
+// RoutingLines splits an encoded routing (MarshalRouting) into its
+// backends, decoded, and its rules' lines, not decoded.
+func RoutingLines(payload []byte) ([]Backend, [][]byte, error) {
+	head, rest, _ := bytes.Cut(payload, []byte("\n"))
+	var h struct {
+		Backends []Backend `json:"backends"`
+	}
+	if err := json.Unmarshal(head, &h); err != nil {
+		return nil, nil, fmt.Errorf("routing backends: %w", err)
+	}
+	var lines [][]byte
+	for len(rest) > 0 {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		lines = append(lines, line)
+	}
+	return h.Backends, lines, nil
+}
+
 // HeaderFilter sets, adds and removes header fields: the fields set or
 // removed are dropped, then set and add are written.
 type HeaderFilter struct {

@@ -83,7 +83,7 @@ func main() {
 		if err != nil {
 			fatal(err)
 		}
-		if err := os.WriteFile(*out, []byte(report(&res)), 0o644); err != nil {
+		if err := os.WriteFile(*out, []byte(report(&res)+keptBlock(*out)), 0o644); err != nil {
 			fatal(err)
 		}
 		return
@@ -189,7 +189,7 @@ func main() {
 	if err := os.WriteFile(*raw, append(b, '\n'), 0o644); err != nil {
 		fatal(err)
 	}
-	if err := os.WriteFile(*out, []byte(report(r.res)), 0o644); err != nil {
+	if err := os.WriteFile(*out, []byte(report(r.res)+keptBlock(*out)), 0o644); err != nil {
 		fatal(err)
 	}
 	fmt.Printf("wrote %s and %s\n", *out, *raw)

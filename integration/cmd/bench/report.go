@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 
@@ -11,6 +12,26 @@ import (
 var classes = []string{load.ClassRefused, load.ClassReset, load.ClassEOFReused, load.ClassEOF, load.ClassTimeout, load.Class5xx, load.ClassBadReply, load.ClassOther}
 
 // report renders r as docs/benchmarks.md.
+// The Gateway API's figures (scripts/bench-gateway.sh, on a real API
+// server) are a block of their own at the end of the report, which a
+// rewrite of the report keeps.
+const (
+	gatewayBegin = "<!-- gateway: begin (scripts/bench-gateway.sh writes this section) -->"
+	gatewayEnd   = "<!-- gateway: end -->"
+)
+
+// keptBlock returns the gateway block of the report at path, or an
+// empty one.
+func keptBlock(path string) string {
+	b, _ := os.ReadFile(path)
+	s := string(b)
+	i, j := strings.Index(s, gatewayBegin), strings.Index(s, gatewayEnd)
+	if i < 0 || j < i {
+		return "\n" + gatewayBegin + "\n" + gatewayEnd + "\n"
+	}
+	return "\n" + s[i:j+len(gatewayEnd)] + "\n"
+}
+
 func report(r *Results) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
