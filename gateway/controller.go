@@ -56,6 +56,10 @@ type Controller struct {
 	statuses chan statusWork
 }
 
+// statusDelay is how long the status writer lets a translation settle
+// before it writes its statuses.
+const statusDelay = 50 * time.Millisecond
+
 // conflictRetry is how long the status writer waits, after a write that
 // conflicted, before it tries again from the cache.
 const conflictRetry = 200 * time.Millisecond
@@ -217,6 +221,18 @@ func (c *Controller) writeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case w := <-c.statuses:
+			// A moment first: the writes (and the API server's work on
+			// them) come after the workers have the routing, not while
+			// they compile it, and a burst of changes is one pass.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(statusDelay):
+			}
+			select {
+			case w = <-c.statuses: // a newer one came meanwhile
+			default:
+			}
 			if !c.elector.Leader() {
 				continue
 			}

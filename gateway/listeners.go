@@ -86,7 +86,7 @@ func routeKinds(l *gwv1.Listener) ([]gwv1.RouteGroupKind, bool) {
 	}
 	kinds, all := []gwv1.RouteGroupKind{}, true
 	for _, k := range l.AllowedRoutes.Kinds {
-		if k.Kind != kindRoute || k.Group != nil && *k.Group != gatewayGroup {
+		if !isHTTPRoute(k) {
 			all = false
 			continue
 		}
@@ -95,6 +95,10 @@ func routeKinds(l *gwv1.Listener) ([]gwv1.RouteGroupKind, bool) {
 		}
 	}
 	return kinds, all
+}
+
+func isHTTPRoute(k gwv1.RouteGroupKind) bool {
+	return k.Kind == kindRoute && (k.Group == nil || *k.Group == gatewayGroup)
 }
 
 // certificates resolves an HTTPS listener's certificateRefs: Secrets of

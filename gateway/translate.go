@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -159,7 +160,7 @@ func Translate(s *Snapshot, opts Options) *Result {
 	}
 
 	// The routes.
-	t := &translator{s: s, res: res, backends: map[string]bool{}}
+	t := &translator{s: s, res: res, backends: map[string]bool{}, lkeys: map[*gwv1.Listener]string{}, names: map[batonPort]string{}}
 	routes := make([]*gwv1.HTTPRoute, 0, len(s.HTTPRoutes))
 	for i := range s.HTTPRoutes {
 		routes = append(routes, &s.HTTPRoutes[i])
@@ -178,7 +179,10 @@ func olderFirst(a, b *metav1.ObjectMeta) int {
 	if c := a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time); c != 0 {
 		return c
 	}
-	return strings.Compare(key(a), key(b))
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
 }
 
 func key(m *metav1.ObjectMeta) string { return m.Namespace + "/" + m.Name }
@@ -243,12 +247,43 @@ type translator struct {
 	s        *Snapshot
 	res      *Result
 	backends map[string]bool
+	rkey     string // the route being translated: "namespace/name"
+	// The keys of Gateway listeners ("namespace/name/listener") and the
+	// names of baton listeners ("gw/namespace/name:port"), made once
+	// each: every route looks them up.
+	lkeys map[*gwv1.Listener]string
+	names map[batonPort]string
+}
+
+type batonPort struct {
+	g    *gwv1.Gateway
+	port gwv1.PortNumber
+}
+
+func (t *translator) listenerKey(g *gwv1.Gateway, l *gwv1.Listener) string {
+	k, ok := t.lkeys[l]
+	if !ok {
+		k = key(&g.ObjectMeta) + "/" + string(l.Name)
+		t.lkeys[l] = k
+	}
+	return k
+}
+
+func (t *translator) batonListener(g *gwv1.Gateway, port gwv1.PortNumber) string {
+	bp := batonPort{g, port}
+	n, ok := t.names[bp]
+	if !ok {
+		n = listenerName(g, port)
+		t.names[bp] = n
+	}
+	return n
 }
 
 // route attaches r to the listeners its parent references name, and
 // translates its rules for each baton listener it is attached to.
 func (t *translator) route(r *gwv1.HTTPRoute, gws []*gwv1.Gateway) {
 	rkey := key(&r.ObjectMeta)
+	t.rkey = rkey
 	// The effective hostnames on each baton listener; none when one of
 	// its Gateway listeners takes the route for any host.
 	hosts, anyHost := map[string][]string{}, map[string]bool{}
@@ -262,15 +297,17 @@ func (t *translator) route(r *gwv1.HTTPRoute, gws []*gwv1.Gateway) {
 			continue
 		}
 		matched, allowed, hostOK := false, false, false
-		for _, l := range g.Spec.Listeners {
+		for li := range g.Spec.Listeners {
+			l := &g.Spec.Listeners[li]
 			if ref.SectionName != nil && *ref.SectionName != l.Name || ref.Port != nil && *ref.Port != l.Port {
 				continue
 			}
-			if lc := t.res.ListenerStatus[key(&g.ObjectMeta)+"/"+string(l.Name)]; !lc.Accepted || lc.Conflicted {
+			lkey := t.listenerKey(g, l)
+			if lc := t.res.ListenerStatus[lkey]; !lc.Accepted || lc.Conflicted {
 				continue // a listener not served takes no route
 			}
 			matched = true
-			if !t.allows(g, &l, r) {
+			if !t.allows(g, l, r) {
 				continue
 			}
 			allowed = true
@@ -279,8 +316,8 @@ func (t *translator) route(r *gwv1.HTTPRoute, gws []*gwv1.Gateway) {
 				continue
 			}
 			hostOK = true
-			t.res.Attached[key(&g.ObjectMeta)+"/"+string(l.Name)]++
-			name := listenerName(g, l.Port)
+			t.res.Attached[lkey]++
+			name := t.batonListener(g, l.Port)
 			if _, seen := hosts[name]; !seen {
 				order = append(order, name)
 			}
@@ -339,10 +376,10 @@ func findGateway(gws []*gwv1.Gateway, ref *gwv1.ParentReference, routeNS string)
 // allows reports whether listener l of g lets route r attach
 // (allowedRoutes: its kinds, and the namespaces it takes routes from).
 func (t *translator) allows(g *gwv1.Gateway, l *gwv1.Listener, r *gwv1.HTTPRoute) bool {
-	if kinds, _ := routeKinds(l); len(kinds) == 0 {
+	ar := l.AllowedRoutes
+	if ar != nil && len(ar.Kinds) > 0 && !slices.ContainsFunc(ar.Kinds, isHTTPRoute) {
 		return false
 	}
-	ar := l.AllowedRoutes
 	from := gwv1.NamespacesFromSame
 	if ar != nil && ar.Namespaces != nil && ar.Namespaces.From != nil {
 		from = *ar.Namespaces.From
@@ -421,10 +458,10 @@ func union(a, b []string) []string {
 func (t *translator) rule(r *gwv1.HTTPRoute, ri int, listener string, hosts []string) (rule route.Rule[string], ok bool, reason, msg string) {
 	rr := &r.Spec.Rules[ri]
 	rule = route.Rule[string]{
-		Name:      fmt.Sprintf("httproute %s/%s rule %d", r.Namespace, r.Name, ri),
+		Name:      "httproute " + t.rkey + " rule " + strconv.Itoa(ri),
 		Listener:  listener,
 		Hostnames: hosts,
-		Order:     route.Order{Created: r.CreationTimestamp.Time, Route: key(&r.ObjectMeta), Index: ri},
+		Order:     route.Order{Created: r.CreationTimestamp.Time, Route: t.rkey, Index: ri},
 	}
 	for _, m := range rr.Matches {
 		rule.Matches = append(rule.Matches, match(&m))
