@@ -14,6 +14,18 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
+// ConditionShadowed is baton's condition of a route's parent when an
+// earlier route (in the spec's order of precedence: older, then by
+// namespace/name) takes some of its matches exactly as they are, on the
+// same listener and host: those requests never reach this route. The
+// Gateway API resolves such conflicts by precedence and names no
+// condition for them; this one says which route lost, and what. Its
+// reason is ReasonMatchesTaken.
+const (
+	ConditionShadowed  gwv1.RouteConditionType   = "baton-proxy.github.io/Shadowed"
+	ReasonMatchesTaken gwv1.RouteConditionReason = "MatchesTakenByEarlierRoute"
+)
+
 // SupportedFeatures are the Gateway API features baton implements, as
 // GatewayClass status lists them (and the conformance suite reads them).
 var SupportedFeatures = []gwv1.FeatureName{
@@ -218,6 +230,11 @@ func (c *Controller) routeStatus(r *gwv1.HTTPRoute, parents []ParentStatus) *gwv
 		}
 		cond(gwv1.RouteConditionAccepted, ps.Accepted, ps.AcceptedReason, ps.AcceptedMessage)
 		cond(gwv1.RouteConditionResolvedRefs, ps.ResolvedRefs, ps.ResolvedReason, ps.ResolvedRefMessage)
+		if ps.Accepted && ps.Shadowed != "" {
+			cond(ConditionShadowed, true, string(ReasonMatchesTaken), ps.Shadowed)
+		} else {
+			apimeta.RemoveStatusCondition(&conds, string(ConditionShadowed))
+		}
 		keep = append(keep, gwv1.RouteParentStatus{ParentRef: ps.Ref, ControllerName: gwv1.GatewayController(c.opts.ControllerName), Conditions: conds})
 	}
 	st.Parents = keep

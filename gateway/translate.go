@@ -126,6 +126,10 @@ type ParentStatus struct {
 	AcceptedReason, AcceptedMessage    string
 	ResolvedRefs                       bool
 	ResolvedReason, ResolvedRefMessage string
+	// Shadowed says which of the route's matches an earlier route (in
+	// the spec's order of precedence) takes as they are: those never
+	// reach this route. Empty when none.
+	Shadowed string
 }
 
 const (
@@ -168,6 +172,11 @@ func Translate(s *Snapshot, opts Options) *Result {
 	slices.SortFunc(routes, func(a, b *gwv1.HTTPRoute) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
 	for _, r := range routes {
 		t.route(r, gws)
+	}
+	for rkey, msg := range shadowed(res.Routing.Rules) {
+		for i := range res.Routes[rkey] {
+			res.Routes[rkey][i].Shadowed = msg
+		}
 	}
 	slices.SortFunc(res.Routing.Backends, func(a, b config.Backend) int { return strings.Compare(a.Name, b.Name) })
 	return res
@@ -665,4 +674,83 @@ func duration(d *gwv1.Duration) time.Duration {
 		return 0
 	}
 	return v
+}
+
+// shadowed finds the matches that two routes share exactly, on the same
+// listener and host (the same path, method, header and query matches):
+// the spec's precedence gives each to the earlier route (older, then by
+// namespace/name), and the later one is told, by route
+// ("namespace/name"), which of its matches never reach it. rules are in
+// that order already (Translate appends them route by route, older
+// first).
+func shadowed(rules []route.Rule[string]) map[string]string {
+	type taken struct{ listener, host, match string }
+	owner := map[taken]string{}
+	lost := map[string][]string{}
+	for i := range rules {
+		r := &rules[i]
+		hosts := r.Hostnames
+		if len(hosts) == 0 {
+			hosts = []string{""}
+		}
+		matches := r.Matches
+		if len(matches) == 0 {
+			matches = []route.Match{{Path: route.PathMatch{Type: route.PathPrefix, Value: "/"}}}
+		}
+		for mi := range matches {
+			m := matchKey(&matches[mi])
+			for _, h := range hosts {
+				h = strings.ToLower(h)
+				k := taken{r.Listener, h, m}
+				first, ok := owner[k]
+				switch {
+				case !ok:
+					owner[k] = r.Order.Route
+				case first != r.Order.Route:
+					host := h
+					if host == "" {
+						host = "any host"
+					}
+					lost[r.Order.Route] = append(lost[r.Order.Route], fmt.Sprintf("rule %d match %d on %s: route %s takes it first", r.Order.Index, mi, host, first))
+				}
+			}
+		}
+	}
+	out := make(map[string]string, len(lost))
+	for rkey, l := range lost {
+		l = slices.Compact(l)
+		msg := strings.Join(l[:min(len(l), 5)], "; ")
+		if len(l) > 5 {
+			msg += fmt.Sprintf("; and %d more", len(l)-5)
+		}
+		out[rkey] = msg
+	}
+	return out
+}
+
+// matchKey is a match as a string, equal for matches that take the same
+// requests by their form: a prefix with or without its trailing slash,
+// header names in any case and order, query parameters in any order.
+func matchKey(m *route.Match) string {
+	var b strings.Builder
+	v := m.Path.Value
+	if m.Path.Type == route.PathPrefix && v != "/" {
+		v = strings.TrimSuffix(v, "/")
+	}
+	fmt.Fprintf(&b, "%d %q %q", m.Path.Type, v, m.Method)
+	values := func(kind string, vs []route.ValueMatch, fold bool) {
+		keys := make([]string, len(vs))
+		for i, x := range vs {
+			name := x.Name
+			if fold {
+				name = strings.ToLower(name)
+			}
+			keys[i] = fmt.Sprintf("%q=%q/%t", name, x.Value, x.Regex)
+		}
+		slices.Sort(keys)
+		b.WriteString(" " + kind + strings.Join(keys, ","))
+	}
+	values("h:", m.Headers, true)
+	values("q:", m.Query, false)
+	return b.String()
 }

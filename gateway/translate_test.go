@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -454,5 +455,45 @@ func TestListenerKindsAndProtocols(t *testing.T) {
 		if c == nil || c.Status != tc.status || c.Reason != string(tc.reason) {
 			t.Errorf("Gateway %s: Accepted %+v, want %s %s", tc.gw.Name, c, tc.status, tc.reason)
 		}
+	}
+}
+
+// Two routes with the same match on the same listener and host: the
+// spec's precedence gives it to the older route, and the newer one says
+// so (baton's Shadowed condition on its parent); a route that shares
+// nothing says nothing, and a match of another host or path is no
+// conflict (the issue: conflicts "reported on the route that lost").
+func TestShadowedRoutes(t *testing.T) {
+	gw := gateway("infra", "gw", "baton", 0, listener("http", 80, ""))
+	older := httpRoute("infra", "older", 1, "infra/gw", []string{"a.example"}, "/api", "svc")
+	newer := httpRoute("infra", "newer", 2, "infra/gw", []string{"A.example", "b.example"}, "/api/", "svc") // the same prefix on a.example
+	other := httpRoute("infra", "other", 3, "infra/gw", []string{"a.example"}, "/web", "svc")
+	s := &Snapshot{
+		Classes:    []gwv1.GatewayClass{class("baton", DefaultControllerName)},
+		Gateways:   []gwv1.Gateway{gw},
+		HTTPRoutes: []gwv1.HTTPRoute{newer, other, older},
+		Services:   map[string]*corev1.Service{"infra/svc": service("infra", "svc")},
+	}
+	res := Translate(s, opts)
+	if msg := res.Routes["infra/newer"][0].Shadowed; !strings.Contains(msg, "route infra/older takes it first") || !strings.Contains(msg, "a.example") || strings.Contains(msg, "b.example") {
+		t.Errorf("the newer route: Shadowed %q, want a.example's match taken by infra/older", msg)
+	}
+	for _, r := range []string{"infra/older", "infra/other"} {
+		if msg := res.Routes[r][0].Shadowed; msg != "" {
+			t.Errorf("%s: Shadowed %q, want none", r, msg)
+		}
+	}
+	c := &Controller{opts: Options{ControllerName: DefaultControllerName}}
+	st := c.routeStatus(&newer, res.Routes["infra/newer"])
+	if cond := apimeta.FindStatusCondition(st.Parents[0].Conditions, string(ConditionShadowed)); cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != string(ReasonMatchesTaken) {
+		t.Errorf("the newer route's parent conditions: %+v", st.Parents[0].Conditions)
+	}
+	// Once the older route is gone, the condition goes too.
+	newer.Status = *st
+	s.HTTPRoutes = []gwv1.HTTPRoute{newer, other}
+	res = Translate(s, opts)
+	st = c.routeStatus(&newer, res.Routes["infra/newer"])
+	if cond := apimeta.FindStatusCondition(st.Parents[0].Conditions, string(ConditionShadowed)); cond != nil {
+		t.Errorf("the condition outlived the conflict: %+v", cond)
 	}
 }

@@ -37,14 +37,15 @@ type gatewayBench struct {
 	b    *harness.Baton
 }
 
-// newGatewayBench starts baton (two workers) and the Gateway, with the
-// listeners given as YAML, at address addr, and waits for it to be
-// Programmed.
+// newGatewayBench starts baton (two workers; a drain waits up to 10
+// minutes for its connections, so that a stream opened before a handoff
+// lives on) and the Gateway, with the listeners given as YAML, at address
+// addr, and waits for it to be Programmed.
 func newGatewayBench(tb testing.TB, ns, addr, listeners string) *gatewayBench {
 	g := &gatewayBench{dyn: gatewayCRDs(tb), ns: ns, addr: addr}
 	g.b = startBaton(tb, fmt.Sprintf(`controlSocket: "@DIR@/run/control.sock"
 readyTimeout: 20s
-drainTimeout: 30s
+drainTimeout: 10m
 workers: 2
 kubernetes:
   kubeconfig: %s
@@ -212,7 +213,8 @@ func routeLatency(b *testing.B, n, idx int) {
 // (each a handoff) and 100 rotations of the HTTPS listener's Secret, while
 // keep-alive, new-connection and POST clients (HTTP and HTTPS) and
 // WebSocket-like upgraded streams of 5 s each run against the route under
-// load. Reported: failed requests and cut streams (both should be 0),
+// load, and one such stream lives through all of it. Reported: failed
+// requests and cut streams (both should be 0),
 // requests and streams served, handoffs made, and how long the churn
 // took.
 //
@@ -271,6 +273,13 @@ func gatewayChurn(b *testing.B) {
 		secure = load.Run(loadCtx, load.Config{HTTPAddr: net.JoinHostPort(g.addr, "443"), Host: "load.example", Duration: 30 * time.Minute,
 			KeepAlive: 2, NewConn: 2, TLS: &tls.Config{InsecureSkipVerify: true, ServerName: "load.example"}})
 	})
+	// And one WebSocket-like stream for the whole churn: it lives through
+	// every change, or the churn cut it.
+	var long *load.Result
+	wg.Go(func() {
+		long = load.Run(loadCtx, load.Config{HTTPAddr: net.JoinHostPort(g.addr, "80"), Host: "load.example", Duration: 30 * time.Minute,
+			Upgrades: 1, StreamLife: 30 * time.Minute, StreamInterval: 50 * time.Millisecond})
+	})
 	defer func() {
 		stop()
 		wg.Wait()
@@ -317,8 +326,12 @@ func gatewayChurn(b *testing.B) {
 
 	st := g.b.Status()
 	handoffs := st.ActiveGeneration - gen0
-	failed := plain.TotalFailures() + secure.TotalFailures()
-	cut := plain.FailuresByKind["upgrade"]
+	failed := plain.TotalFailures() + secure.TotalFailures() + long.TotalFailures()
+	cut := plain.FailuresByKind["upgrade"] + long.FailuresByKind["upgrade"]
+	if long.Streams != 1 || long.TotalFailures() > 0 {
+		b.Errorf("the stream of the whole churn: %d streams, failures %v %v; want 1 stream, whole", long.Streams, long.Failures, long.Examples)
+	}
+	b.ReportMetric(float64(long.Echoes), "long-stream-echoes")
 	b.ReportMetric(float64(failed), "failed")
 	b.ReportMetric(float64(cut), "streams-cut")
 	b.ReportMetric(float64(plain.Requests+secure.Requests), "requests")
