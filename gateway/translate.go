@@ -732,12 +732,16 @@ func shadowed(rules []route.Rule[string]) map[string]string {
 // requests by their form: a prefix with or without its trailing slash,
 // header names in any case and order, query parameters in any order.
 func matchKey(m *route.Match) string {
-	var b strings.Builder
 	v := m.Path.Value
 	if m.Path.Type == route.PathPrefix && v != "/" {
 		v = strings.TrimSuffix(v, "/")
 	}
-	fmt.Fprintf(&b, "%d %q %q", m.Path.Type, v, m.Method)
+	head := strconv.Itoa(int(m.Path.Type)) + " " + strconv.Quote(v) + " " + strconv.Quote(m.Method)
+	if len(m.Headers) == 0 && len(m.Query) == 0 {
+		return head // most matches: no fmt, one string
+	}
+	var b strings.Builder
+	b.WriteString(head)
 	values := func(kind string, vs []route.ValueMatch, fold bool) {
 		keys := make([]string, len(vs))
 		for i, x := range vs {
@@ -745,7 +749,7 @@ func matchKey(m *route.Match) string {
 			if fold {
 				name = strings.ToLower(name)
 			}
-			keys[i] = fmt.Sprintf("%q=%q/%t", name, x.Value, x.Regex)
+			keys[i] = strconv.Quote(name) + "=" + strconv.Quote(x.Value) + "/" + strconv.FormatBool(x.Regex)
 		}
 		slices.Sort(keys)
 		b.WriteString(" " + kind + strings.Join(keys, ","))
