@@ -7,9 +7,9 @@ import (
 	"maps"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/baton-proxy/baton/internal/config"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,6 +54,9 @@ type Controller struct {
 	// statuses holds the latest translation whose statuses are to be
 	// written (capacity 1: a newer one replaces it).
 	statuses chan statusWork
+	// world counts the events of every resource but HTTPRoutes, from 1
+	// (Snapshot.World: 0 would keep nothing).
+	world atomic.Uint64
 }
 
 // statusDelay is how long the status writer lets a translation settle
@@ -94,18 +97,28 @@ func New(client *Client, opts Options, sink Sink, log *zap.Logger) *Controller {
 	}
 	c := &Controller{client: client, opts: opts, sink: sink, log: log.Named("gateway"), stores: map[string]cache.Store{}, notify: make(chan struct{}, 1),
 		statuses: make(chan statusWork, 1)}
+	c.world.Store(1)
 	c.elector = &elector{c: client, namespace: opts.Namespace, identity: opts.Identity, duration: opts.LeaseDuration, retry: opts.RetryPeriod,
 		log: c.log, onChange: c.changed}
 	for _, r := range resources {
 		inf := cache.NewSharedIndexInformer(client.listWatch(r.name, r.gateway, r.list), r.obj, 0, cache.Indexers{})
+		// A change of anything but an HTTPRoute is a change of every
+		// route's world: each is translated again.
+		changed := c.changed
+		if r.name != "httproutes" {
+			changed = func() {
+				c.world.Add(1)
+				c.changed()
+			}
+		}
 		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: func(any) { c.changed() },
+			AddFunc: func(any) { changed() },
 			UpdateFunc: func(old, cur any) {
 				if !statusOnly(old, cur) {
-					c.changed()
+					changed()
 				}
 			},
-			DeleteFunc: func(any) { c.changed() },
+			DeleteFunc: func(any) { changed() },
 		})
 		c.stores[r.name] = inf.GetStore()
 		c.synced = append(c.synced, inf.HasSynced)
@@ -177,9 +190,8 @@ func (c *Controller) reconcile(ctx context.Context) {
 	s := c.snapshot()
 	res := Translate(s, c.opts)
 	var serveErr error
-	res.RoutingPayload, serveErr = config.MarshalRouting(res.Routing)
 	served := servingKey(res)
-	if serveErr == nil && (c.Last() == nil || served != c.lastServed) {
+	if c.Last() == nil || served != c.lastServed {
 		c.lastServed = served
 		serveErr = c.sink.Serve(ctx, res)
 		if serveErr != nil {
@@ -257,9 +269,11 @@ func (c *Controller) writeLoop(ctx context.Context) {
 
 // snapshot copies what the caches hold.
 func (c *Controller) snapshot() *Snapshot {
-	s := &Snapshot{Services: map[string]*corev1.Service{}, Namespaces: map[string]*corev1.Namespace{}, Secrets: map[string]*corev1.Secret{}}
+	// The world first: a change that lands while the caches are read
+	// counts for the next translation, which it triggers.
+	s := &Snapshot{World: c.world.Load(), Services: map[string]*corev1.Service{}, Namespaces: map[string]*corev1.Namespace{}, Secrets: map[string]*corev1.Secret{}}
 	if last := c.Last(); last != nil {
-		s.Good = last.Good
+		s.Good, s.Routes = last.Good, last.Translations
 	}
 	for _, o := range c.stores["gatewayclasses"].List() {
 		s.Classes = append(s.Classes, *o.(*gwv1.GatewayClass))

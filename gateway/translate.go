@@ -12,6 +12,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
@@ -50,6 +52,26 @@ type Snapshot struct {
 	// Good are the certificates last served, by Secret: one that turned
 	// invalid keeps serving its last good content.
 	Good map[string]Certificate
+	// World counts the changes of everything but the HTTPRoutes; with
+	// Routes (the last Result's), a route whose object and world are as
+	// they were is not translated again.
+	World  uint64
+	Routes map[string]*RouteTranslation
+}
+
+// RouteTranslation is what one HTTPRoute became, kept for the next
+// Translate: its rules (and their encodings), parent statuses (Shadowed
+// aside, which depends on the other routes), the Gateway listeners it
+// attached to and the backends it names.
+type RouteTranslation struct {
+	uid      types.UID
+	gen      int64
+	world    uint64
+	rules    []route.Rule[string]
+	lines    [][]byte
+	statuses []ParentStatus
+	attached []string
+	backends []config.Backend
 }
 
 // Certificate is a certificate chain and its key, PEM.
@@ -113,9 +135,10 @@ type Result struct {
 	// the next Snapshot.
 	Good map[string]Certificate
 	// RoutingPayload is Routing encoded for the workers
-	// (config.MarshalRouting), set by the controller before it serves the
-	// result.
+	// (config.MarshalRouting).
 	RoutingPayload []byte
+	// Translations are the routes', for the next Snapshot.
+	Translations map[string]*RouteTranslation
 }
 
 // ParentStatus is what became of one parent reference of a route: the
@@ -170,8 +193,21 @@ func Translate(s *Snapshot, opts Options) *Result {
 		routes = append(routes, &s.HTTPRoutes[i])
 	}
 	slices.SortFunc(routes, func(a, b *gwv1.HTTPRoute) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
+	res.Translations = make(map[string]*RouteTranslation, len(routes))
+	var lines [][]byte
 	for _, r := range routes {
-		t.route(r, gws)
+		rkey := key(&r.ObjectMeta)
+		rt := s.Routes[rkey]
+		if rt == nil || rt.uid != r.UID || rt.gen != r.Generation || rt.world != s.World || s.World == 0 {
+			rt = t.route(r, gws)
+			rt.uid, rt.gen, rt.world = r.UID, r.Generation, s.World
+		} else {
+			t.replay(rt)
+		}
+		res.Translations[rkey] = rt
+		res.Routing.Rules = append(res.Routing.Rules, rt.rules...)
+		lines = append(lines, rt.lines...)
+		res.Routes[rkey] = slices.Clone(rt.statuses)
 	}
 	for rkey, msg := range shadowed(res.Routing.Rules) {
 		for i := range res.Routes[rkey] {
@@ -179,7 +215,26 @@ func Translate(s *Snapshot, opts Options) *Result {
 		}
 	}
 	slices.SortFunc(res.Routing.Backends, func(a, b config.Backend) int { return strings.Compare(a.Name, b.Name) })
+	res.RoutingPayload = config.RoutingPayload(res.Routing.Backends, lines)
 	return res
+}
+
+// replay puts a kept translation in the result: its backends and its
+// attachments.
+func (t *translator) replay(rt *RouteTranslation) {
+	for _, lkey := range rt.attached {
+		t.res.Attached[lkey]++
+	}
+	for _, b := range rt.backends {
+		t.addBackend(b)
+	}
+}
+
+func (t *translator) addBackend(b config.Backend) {
+	if !t.backends[b.Name] {
+		t.backends[b.Name] = true
+		t.res.Routing.Backends = append(t.res.Routing.Backends, b)
+	}
 }
 
 // olderFirst orders objects by creation, then namespace/name: the Gateway
@@ -256,7 +311,8 @@ type translator struct {
 	s        *Snapshot
 	res      *Result
 	backends map[string]bool
-	rkey     string // the route being translated: "namespace/name"
+	rkey     string            // the route being translated: "namespace/name"
+	cur      *RouteTranslation // and what it becomes
 	// The keys of Gateway listeners ("namespace/name/listener") and the
 	// names of baton listeners ("gw/namespace/name:port"), made once
 	// each: every route looks them up.
@@ -290,9 +346,10 @@ func (t *translator) batonListener(g *gwv1.Gateway, port gwv1.PortNumber) string
 
 // route attaches r to the listeners its parent references name, and
 // translates its rules for each baton listener it is attached to.
-func (t *translator) route(r *gwv1.HTTPRoute, gws []*gwv1.Gateway) {
-	rkey := key(&r.ObjectMeta)
-	t.rkey = rkey
+func (t *translator) route(r *gwv1.HTTPRoute, gws []*gwv1.Gateway) *RouteTranslation {
+	t.rkey = key(&r.ObjectMeta)
+	rt := &RouteTranslation{}
+	t.cur = rt
 	// The effective hostnames on each baton listener; none when one of
 	// its Gateway listeners takes the route for any host.
 	hosts, anyHost := map[string][]string{}, map[string]bool{}
@@ -326,6 +383,7 @@ func (t *translator) route(r *gwv1.HTTPRoute, gws []*gwv1.Gateway) {
 			}
 			hostOK = true
 			t.res.Attached[lkey]++
+			rt.attached = append(rt.attached, lkey)
 			name := t.batonListener(g, l.Port)
 			if _, seen := hosts[name]; !seen {
 				order = append(order, name)
@@ -356,13 +414,19 @@ func (t *translator) route(r *gwv1.HTTPRoute, gws []*gwv1.Gateway) {
 			if !ok && resolved {
 				resolved, reason, msg = false, why, m
 			}
-			t.res.Routing.Rules = append(t.res.Routing.Rules, rule)
+			line, err := json.Marshal(&rule)
+			if err != nil { // no value of a rule's types fails to encode
+				panic(fmt.Sprintf("gateway: encode rule %s: %v", rule.Name, err))
+			}
+			rt.rules, rt.lines = append(rt.rules, rule), append(rt.lines, line)
 		}
 	}
 	for i := range statuses {
 		statuses[i].ResolvedRefs, statuses[i].ResolvedReason, statuses[i].ResolvedRefMessage = resolved, reason, msg
 	}
-	t.res.Routes[rkey] = statuses
+	rt.statuses = statuses
+	t.cur = nil
+	return rt
 }
 
 // findGateway returns the Gateway of ours that ref names, or nil.
@@ -548,12 +612,13 @@ func (t *translator) backend(r *gwv1.HTTPRoute, ref *gwv1.BackendObjectReference
 		mode, suffix = config.ModeClusterIP, "/clusterIP"
 	}
 	name := fmt.Sprintf("k8s/%s/%s:%d%s", ns, ref.Name, *ref.Port, suffix)
-	if !t.backends[name] {
-		t.backends[name] = true
-		t.res.Routing.Backends = append(t.res.Routing.Backends, config.Backend{
-			Name:       name,
-			Kubernetes: &config.KubeService{Service: ns + "/" + string(ref.Name), Port: config.Port{Number: int32(*ref.Port)}, Mode: mode},
-		})
+	b := config.Backend{
+		Name:       name,
+		Kubernetes: &config.KubeService{Service: ns + "/" + string(ref.Name), Port: config.Port{Number: int32(*ref.Port)}, Mode: mode},
+	}
+	t.addBackend(b)
+	if t.cur != nil && !slices.ContainsFunc(t.cur.backends, func(x config.Backend) bool { return x.Name == name }) {
+		t.cur.backends = append(t.cur.backends, b)
 	}
 	return name, true, "", ""
 }

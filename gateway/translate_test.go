@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"k8s.io/apimachinery/pkg/types"
 	"net/netip"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -495,5 +498,63 @@ func TestShadowedRoutes(t *testing.T) {
 	st = c.routeStatus(&newer, res.Routes["infra/newer"])
 	if cond := apimeta.FindStatusCondition(st.Parents[0].Conditions, string(ConditionShadowed)); cond != nil {
 		t.Errorf("the condition outlived the conflict: %+v", cond)
+	}
+}
+
+// A translation keeps each route's translation for the next: a route
+// whose object (UID, generation) and world (everything but the
+// HTTPRoutes, Snapshot.World) are as they were is not translated again,
+// and the result is what a translation from nothing gives.
+func TestTranslationsKept(t *testing.T) {
+	gw := gateway("infra", "gw", "baton", 0, listener("http", 80, ""))
+	routes := []gwv1.HTTPRoute{
+		httpRoute("infra", "a", 1, "infra/gw", []string{"a.example"}, "/", "svc"),
+		httpRoute("infra", "b", 2, "infra/gw", []string{"b.example"}, "/", "other"),
+		httpRoute("infra", "c", 3, "infra/gw", []string{"a.example"}, "/", "svc"), // shadowed by a
+	}
+	for i := range routes {
+		routes[i].UID, routes[i].Generation = types.UID(routes[i].Name), 1
+	}
+	snap := func(world uint64, prev *Result) *Snapshot {
+		s := &Snapshot{
+			Classes: []gwv1.GatewayClass{class("baton", DefaultControllerName)}, Gateways: []gwv1.Gateway{gw}, HTTPRoutes: slices.Clone(routes),
+			Services: map[string]*corev1.Service{"infra/svc": service("infra", "svc"), "infra/other": service("infra", "other")}, World: world,
+		}
+		if prev != nil {
+			s.Routes = prev.Translations
+		}
+		return s
+	}
+	same := func(what string, got, want *Result) {
+		t.Helper()
+		if !reflect.DeepEqual(got.Routing, want.Routing) || !reflect.DeepEqual(got.Routes, want.Routes) ||
+			!reflect.DeepEqual(got.Attached, want.Attached) || string(got.RoutingPayload) != string(want.RoutingPayload) {
+			t.Errorf("%s: the result differs from a translation from nothing", what)
+		}
+	}
+	first := Translate(snap(1, nil), opts)
+	same("first", first, Translate(snap(0, nil), opts))
+
+	// Route b changes (a new generation): only b is translated again.
+	routes[1].Generation = 2
+	routes[1].Spec.Hostnames = []gwv1.Hostname{"b2.example"}
+	second := Translate(snap(1, first), opts)
+	same("a route changed", second, Translate(snap(0, nil), opts))
+	if second.Translations["infra/a"] != first.Translations["infra/a"] || second.Translations["infra/b"] == first.Translations["infra/b"] {
+		t.Error("kept the changed route, or translated an unchanged one again")
+	}
+	if !strings.Contains(second.Routes["infra/c"][0].Shadowed, "infra/a") {
+		t.Errorf("a kept route's Shadowed: %q", second.Routes["infra/c"][0].Shadowed)
+	}
+
+	// The world changes (Service other is gone): every route again.
+	s := snap(2, second)
+	delete(s.Services, "infra/other")
+	third := Translate(s, opts)
+	if third.Translations["infra/a"] == second.Translations["infra/a"] {
+		t.Error("a change of the world kept a route's translation")
+	}
+	if ps := third.Routes["infra/b"][0]; ps.ResolvedRefs {
+		t.Errorf("route b after its Service went: %+v", ps)
 	}
 }

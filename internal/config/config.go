@@ -426,22 +426,34 @@ type Routing struct {
 // only the rules the last routing did not have (RoutingLines), so that a
 // change of one route of a thousand costs one route's decoding.
 func MarshalRouting(r Routing) ([]byte, error) {
-	head, err := json.Marshal(struct {
-		Backends []Backend `json:"backends,omitempty"`
-	}{r.Backends})
-	if err != nil {
-		return nil, fmt.Errorf("routing backends: %w", err)
-	}
-	b := bytes.NewBuffer(head)
+	lines := make([][]byte, len(r.Rules))
 	for i := range r.Rules {
 		line, err := json.Marshal(&r.Rules[i])
 		if err != nil {
 			return nil, fmt.Errorf("routing rule %s: %w", r.Rules[i].Name, err)
 		}
+		lines[i] = line
+	}
+	return RoutingPayload(r.Backends, lines), nil
+}
+
+// RoutingPayload is MarshalRouting of backends and of rules encoded
+// already, a line each (json.Marshal of a route.Rule[string]): a provider
+// that keeps the lines of the rules that did not change encodes only the
+// others.
+func RoutingPayload(backends []Backend, lines [][]byte) []byte {
+	head, err := json.Marshal(struct {
+		Backends []Backend `json:"backends,omitempty"`
+	}{backends})
+	if err != nil { // no value of a backend's types fails to encode
+		panic(fmt.Sprintf("config: encode routing backends: %v", err))
+	}
+	b := bytes.NewBuffer(head)
+	for _, line := range lines {
 		b.WriteByte('\n')
 		b.Write(line)
 	}
-	return b.Bytes(), nil
+	return b.Bytes()
 }
 
 // RoutingLines splits an encoded routing (MarshalRouting) into its
