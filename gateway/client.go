@@ -2,19 +2,16 @@ package gateway
 
 import (
 	"context"
-	"fmt"
-	"os"
 
+	"github.com/baton-proxy/baton/proxy/kube"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
@@ -32,24 +29,10 @@ type Client struct {
 // is named; else in-cluster when running in a pod; else with $KUBECONFIG
 // or ~/.kube/config.
 func NewClient(kubeconfig, userAgent string) (*Client, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	switch {
-	case kubeconfig != "":
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
-		cfg, err = rest.InClusterConfig()
-	default:
-		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
-	}
+	cfg, err := kube.RESTConfig(kubeconfig, userAgent)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes config: %w", err)
+		return nil, err
 	}
-	cfg.UserAgent = userAgent
-	cfg.QPS, cfg.Burst = 50, 100
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, gwv1.AddToScheme, coordinationv1.AddToScheme} {
 		if err := add(scheme); err != nil {
@@ -57,22 +40,15 @@ func NewClient(kubeconfig, userAgent string) (*Client, error) {
 		}
 	}
 	codecs := serializer.NewCodecFactory(scheme)
-	restFor := func(apiPath string, gv *schema.GroupVersion) (*rest.RESTClient, error) {
-		c := rest.CopyConfig(cfg)
-		c.APIPath = apiPath
-		c.GroupVersion = gv
-		c.NegotiatedSerializer = codecs.WithoutConversion()
-		return rest.RESTClientFor(c)
-	}
-	core, err := restFor("/api", &corev1.SchemeGroupVersion)
+	core, err := kube.RESTClient(cfg, codecs, "/api", &corev1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}
-	gw, err := restFor("/apis", &gwv1.SchemeGroupVersion)
+	gw, err := kube.RESTClient(cfg, codecs, "/apis", &gwv1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}
-	coord, err := restFor("/apis", &coordinationv1.SchemeGroupVersion)
+	coord, err := kube.RESTClient(cfg, codecs, "/apis", &coordinationv1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}

@@ -191,12 +191,15 @@ func (c *Controller) reconcile(ctx context.Context) {
 	res := Translate(s, c.opts)
 	var serveErr error
 	served := servingKey(res)
-	if c.Last() == nil || served != c.lastServed {
-		c.lastServed = served
+	if served != c.lastServed {
 		serveErr = c.sink.Serve(ctx, res)
 		if serveErr != nil {
+			// Not served: the next translation serves it again (and
+			// its status says why it is not Programmed meanwhile).
 			c.log.Warn("serving the Gateway API's routes", zap.Error(serveErr))
+			served = ""
 		}
+		c.lastServed = served
 	}
 	c.mu.Lock()
 	c.last = res
@@ -295,10 +298,9 @@ func (c *Controller) snapshot() *Snapshot {
 		ns := o.(*corev1.Namespace)
 		s.Namespaces[ns.Name] = ns
 	}
-	for _, o := range c.stores["secrets"].List() {
-		if sec := o.(*corev1.Secret); sec.Type == corev1.SecretTypeTLS {
-			s.Secrets[sec.Namespace+"/"+sec.Name] = sec
-		}
+	for _, o := range c.stores["secrets"].List() { // of type TLS only (fieldSelector)
+		sec := o.(*corev1.Secret)
+		s.Secrets[sec.Namespace+"/"+sec.Name] = sec
 	}
 	return s
 }

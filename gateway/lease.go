@@ -54,9 +54,9 @@ func (e *elector) run(ctx context.Context) {
 		e.set(e.try(ctx))
 		select {
 		case <-ctx.Done():
-			if e.Leader() {
-				e.release()
-			}
+			// Whatever the last try said (one cut short by the end of
+			// ctx fails): release lets go only a Lease this replica holds.
+			e.release()
 			e.set(false)
 			return
 		case <-t.C:

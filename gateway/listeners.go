@@ -20,6 +20,7 @@ func listeners(s *Snapshot, g *gwv1.Gateway, res *Result) {
 	ports := map[gwv1.PortNumber]*Listener{}
 	var order []gwv1.PortNumber
 	hosts := map[gwv1.PortNumber][]string{}
+	protocols := map[gwv1.PortNumber]gwv1.ProtocolType{}
 	for _, l := range g.Spec.Listeners {
 		lkey := key(&g.ObjectMeta) + "/" + string(l.Name)
 		lc := ListenerConditions{Accepted: true, AcceptedReason: string(gwv1.ListenerReasonAccepted),
@@ -50,19 +51,27 @@ func listeners(s *Snapshot, g *gwv1.Gateway, res *Result) {
 		if l.Hostname != nil {
 			host = string(*l.Hostname)
 		}
-		if p := ports[l.Port]; lc.Accepted && p != nil {
+		// Conflicts are between the accepted listeners of a port, whether
+		// or not they can be served yet (an address, a certificate): a
+		// listener's status does not turn when another's certificate
+		// comes.
+		if proto, taken := protocols[l.Port]; lc.Accepted && taken {
 			switch {
-			case p.Protocol != l.Protocol:
-				lc.Conflicted, lc.ConflictReason, lc.ConflictedMsg = true, string(gwv1.ListenerReasonProtocolConflict), fmt.Sprintf("port %d serves %s", l.Port, p.Protocol)
+			case proto != l.Protocol:
+				lc.Conflicted, lc.ConflictReason, lc.ConflictedMsg = true, string(gwv1.ListenerReasonProtocolConflict), fmt.Sprintf("port %d serves %s", l.Port, proto)
 			case slices.Contains(hosts[l.Port], host):
 				lc.Conflicted, lc.ConflictReason, lc.ConflictedMsg = true, string(gwv1.ListenerReasonHostnameConflict), fmt.Sprintf("another listener of port %d has hostname %q", l.Port, host)
 			}
 		}
 		res.ListenerStatus[lkey] = lc
-		if !lc.Accepted || lc.Conflicted || !hasAddr || l.Protocol == gwv1.HTTPSProtocolType && len(certs) == 0 {
+		if !lc.Accepted || lc.Conflicted {
 			continue
 		}
+		protocols[l.Port] = l.Protocol
 		hosts[l.Port] = append(hosts[l.Port], host)
+		if !hasAddr || l.Protocol == gwv1.HTTPSProtocolType && len(certs) == 0 {
+			continue
+		}
 		p := ports[l.Port]
 		if p == nil {
 			p = &Listener{Name: listenerName(g, l.Port), Address: netip.AddrPortFrom(addr, uint16(l.Port)), Protocol: l.Protocol}

@@ -282,24 +282,7 @@ func (p *Proxy) Stats() ipc.Stats {
 }
 
 // KubeTargets returns the Kubernetes Services the config's backends name.
-func (p *Proxy) KubeTargets() []kube.Target {
-	var ts []kube.Target
-	for _, bc := range p.cfg.Backends {
-		k := bc.Kubernetes
-		if k == nil {
-			continue
-		}
-		ts = append(ts, kube.Target{
-			Backend:    bc.Name,
-			Namespace:  k.Namespace(),
-			Service:    k.Name(),
-			PortName:   k.Port.Name,
-			PortNumber: k.Port.Number,
-			Mode:       k.Mode,
-		})
-	}
-	return ts
-}
+func (p *Proxy) KubeTargets() []kube.Target { return kubeTargets(p.cfg.Backends, nil) }
 
 // configErrors reports what the first endpoints showed to be a mistake of
 // the config rather than a state of the cluster: a headless Service in

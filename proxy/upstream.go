@@ -128,6 +128,9 @@ func (p *addrPool) put(uc *upConn, now time.Time) {
 	uc.idle = now
 	select {
 	case p.idleForPut() <- uc:
+		if p.retired.Load() {
+			p.closeIdle() // retired meanwhile: its closeIdle may have run before this put
+		}
 	default:
 		uc.c.Close()
 	}

@@ -29,26 +29,25 @@ type gatewaySink struct {
 // waits for the handoff: the routing first, so that the new generation's
 // workers have the routes of the listeners they open.
 func (g *gatewaySink) Serve(ctx context.Context, res *gateway.Result) error {
-	payload := res.RoutingPayload
-	if payload == nil {
-		var err error
-		if payload, err = config.MarshalRouting(res.Routing); err != nil {
-			return fmt.Errorf("gateway routing: %w", err)
-		}
-	}
-	if err := g.sup.SetRouting(payload); err != nil {
+	if err := g.sup.SetRouting(res.RoutingPayload); err != nil {
 		return fmt.Errorf("gateway routing: %w", err)
 	}
 	ls := gatewayListeners(res)
 	g.mu.Lock()
-	changed := !reflect.DeepEqual(ls, g.listeners)
-	g.listeners = ls
+	prev := g.listeners
+	changed := !reflect.DeepEqual(ls, prev)
+	g.listeners = ls // what the reload's config takes (provided)
 	g.mu.Unlock()
 	if !changed {
 		return nil
 	}
 	h := g.sup.Reload("gateway")
 	if h.Outcome != supervisor.OutcomeOK {
+		// The running generation serves the listeners it had: so does
+		// the next reload, until a Serve puts these live.
+		g.mu.Lock()
+		g.listeners = prev
+		g.mu.Unlock()
 		return fmt.Errorf("the handoff for the Gateways' listeners: %s: %s", h.Outcome, h.Reason)
 	}
 	return nil

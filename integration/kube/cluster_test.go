@@ -22,6 +22,7 @@ import (
 
 	"github.com/baton-proxy/baton/integration/internal/harness"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 const (
@@ -33,6 +34,7 @@ const (
 var (
 	kubeconfig string
 	client     kubernetes.Interface
+	restConfig *rest.Config // the cluster's, without client-go's rate limit
 	batonBin   string
 	backendBin string
 )
@@ -73,7 +75,7 @@ func runInNetns(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer cluster.Stop()
-	kubeconfig, client = cluster.Kubeconfig, cluster.Client
+	kubeconfig, client, restConfig = cluster.Kubeconfig, cluster.Client, cluster.Config
 	return m.Run(), nil
 }
 

@@ -64,7 +64,7 @@ metadata: {name: gw, namespace: %[1]s}
 spec:
   gatewayClassName: bench-%[1]s
   listeners: %[2]s`, ns, listeners))
-	waitUntil(tb, 60*time.Second, "the Gateway Programmed", func() bool {
+	harness.WaitFor(tb, 60*time.Second, "the Gateway Programmed", func() bool {
 		return condition(tb, g.dyn, "gateways", ns, "gw", "Programmed") == "True"
 	})
 	return g
@@ -182,7 +182,7 @@ func routeLatency(b *testing.B, n, idx int) {
 	}
 	p := newProber(g.addr, 80)
 	last := fmt.Sprintf("r%d.example", n-1)
-	waitUntil(b, 120*time.Second, "every route served", func() bool { return p.status(last) == 200 })
+	harness.WaitFor(b, 120*time.Second, "every route served", func() bool { return p.status(last) == 200 })
 
 	var lat []time.Duration
 	for i := 0; b.Loop(); i++ {
@@ -257,7 +257,7 @@ func gatewayChurn(b *testing.B) {
 		g.create(b, other(i, 0))
 	}
 	p := newProber(g.addr, 80)
-	waitUntil(b, 120*time.Second, "the routes served", func() bool {
+	harness.WaitFor(b, 120*time.Second, "the routes served", func() bool {
 		return p.status("load.example") == 200 && condition(b, g.dyn, "httproutes", ns, fmt.Sprintf("r%d", others-1), "Accepted") == "True"
 	})
 
@@ -319,7 +319,7 @@ func gatewayChurn(b *testing.B) {
 	churn := time.Since(start)
 	// The last state served: the last Secret's certificate on 443.
 	lastSerial := int64(1000/10 + 1)
-	waitUntil(b, 120*time.Second, "the last certificate served", func() bool { return servedSerial(g.addr, "load.example") == lastSerial })
+	harness.WaitFor(b, 120*time.Second, "the last certificate served", func() bool { return servedSerial(g.addr, "load.example") == lastSerial })
 	time.Sleep(time.Second) // a second of load on the last state; the load stops itself at the cancel
 	stop()
 	wg.Wait()
@@ -429,7 +429,7 @@ func gatewayMemory(b *testing.B) {
 	for i := range routes {
 		g.create(b, g.route(fmt.Sprintf("r%d", i), []string{fmt.Sprintf("r%d.example", i)}, "/", map[string]int{fmt.Sprintf("svc%d", i%services): 1}))
 	}
-	waitUntil(b, 180*time.Second, "every endpoint routed", func() bool {
+	harness.WaitFor(b, 180*time.Second, "every endpoint routed", func() bool {
 		st, err := g.b.TryStatus()
 		if err != nil {
 			return false

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-proxy/baton/integration/internal/harness"
 	"github.com/baton-proxy/baton/integration/internal/kuberig"
 
 	"github.com/baton-proxy/baton/gateway"
@@ -24,48 +25,35 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 )
 
-var crdOnce sync.Once
+// installCRDs installs the Gateway API's standard CRDs, from the module
+// the types come from (the version go.mod names), once per run; a failure
+// fails every test that needs them, not only the first.
+var installCRDs = sync.OnceValue(func() error {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
+	if err != nil {
+		return fmt.Errorf("the gateway-api module: %w", err)
+	}
+	return kuberig.GatewayCRDs(restConfig, strings.TrimSpace(string(out)), "standard")
+})
 
-// gatewayCRDs installs the Gateway API's standard CRDs, from the module
-// the types come from (the version go.mod names), once per run.
+// gatewayCRDs installs the CRDs (installCRDs) and returns a dynamic client.
 func gatewayCRDs(t testing.TB) dynamic.Interface {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err := installCRDs(); err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(restConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.QPS, cfg.Burst = 5000, 5000 // client-go's 5 a second would be what the benchmarks measure
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crdOnce.Do(func() {
-		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
-		if err != nil {
-			t.Fatalf("the gateway-api module: %v", err)
-		}
-		if err := kuberig.GatewayCRDs(cfg, strings.TrimSpace(string(out)), "standard"); err != nil {
-			t.Fatal(err)
-		}
-	})
 	return dyn
 }
 
 func gvr(resource string) schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: resource}
-}
-
-func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-	}
 }
 
 // apply creates the objects of a YAML stream (--- separated).
@@ -200,7 +188,7 @@ spec:
 	if l == nil || !netip.MustParsePrefix("198.18.64.0/24").Contains(l.Address.Addr()) || l.Address.Port() != 80 {
 		t.Fatalf("listeners %+v, want %s at an address of the pool", res.Listeners, listener)
 	}
-	waitUntil(t, 30*time.Second, "the statuses", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the statuses", func() bool {
 		return condition(t, dyn, "gatewayclasses", "", class, "Accepted") == "True" &&
 			condition(t, dyn, "gateways", ns, "gw", "Programmed") == "True" &&
 			condition(t, dyn, "httproutes", ns, "app", "Accepted") == "True" &&
@@ -229,7 +217,7 @@ spec:
 		return false
 	})
 	t.Logf("a route change served %v after the write", time.Since(start).Round(time.Millisecond))
-	waitUntil(t, 30*time.Second, "ResolvedRefs false for the missing Service", func() bool {
+	harness.WaitFor(t, 30*time.Second, "ResolvedRefs false for the missing Service", func() bool {
 		return condition(t, dyn, "httproutes", ns, "app", "ResolvedRefs") == "False"
 	})
 }
@@ -276,7 +264,7 @@ spec:
   rules:
   - backendRefs: [{name: app, port: 80}]`, ns, class, gateway.DefaultControllerName))
 	var addr string
-	waitUntil(t, 60*time.Second, "the Gateway programmed, with an address", func() bool {
+	harness.WaitFor(t, 60*time.Second, "the Gateway programmed, with an address", func() bool {
 		if condition(t, dyn, "gateways", ns, "gw", "Programmed") != "True" {
 			return false
 		}
@@ -302,7 +290,7 @@ spec:
 		defer resp.Body.Close()
 		return resp.StatusCode, resp.Header.Get("X-Backend")
 	}
-	waitUntil(t, 30*time.Second, "the route served", func() bool { code, be := get("app.example"); return code == 200 && be == "v1" })
+	harness.WaitFor(t, 30*time.Second, "the route served", func() bool { code, be := get("app.example"); return code == 200 && be == "v1" })
 	if code, _ := get("other.example"); code != 404 {
 		t.Errorf("a host no route takes: %d, want 404", code)
 	}
@@ -321,7 +309,7 @@ spec:
 
 	// The endpoints and the route change: no handoff.
 	writeSlice(t, ns, "app", []podState{readyPod(v2)})
-	waitUntil(t, 30*time.Second, "the new pod served", func() bool { _, be := get("app.example"); return be == "v2" })
+	harness.WaitFor(t, 30*time.Second, "the new pod served", func() bool { _, be := get("app.example"); return be == "v2" })
 	u, err := dyn.Resource(gvr("httproutes")).Namespace(ns).Get(context.Background(), "app", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -330,7 +318,7 @@ spec:
 	if _, err := dyn.Resource(gvr("httproutes")).Namespace(ns).Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "the changed route served", func() bool { code, _ := get("new.example"); return code == 200 })
+	harness.WaitFor(t, 30*time.Second, "the changed route served", func() bool { code, _ := get("new.example"); return code == 200 })
 	if code, _ := get("app.example"); code != 404 {
 		t.Errorf("the host the route left: %d, want 404", code)
 	}
@@ -374,11 +362,11 @@ func TestGatewayStatusOneWriter(t *testing.T) {
 	}
 	replicas := map[string]replica{"a": start("a"), "b": start("b")}
 	var first string
-	waitUntil(t, 30*time.Second, "a holder of the Lease", func() bool { first = holder(); return first != "" })
+	harness.WaitFor(t, 30*time.Second, "a holder of the Lease", func() bool { first = holder(); return first != "" })
 	replicas[first].cancel()
 	<-replicas[first].done
 	other := map[string]string{"a": "b", "b": "a"}[first]
-	waitUntil(t, 10*time.Second, "the other replica holding the Lease", func() bool { return holder() == other })
+	harness.WaitFor(t, 10*time.Second, "the other replica holding the Lease", func() bool { return holder() == other })
 }
 
 // An HTTPS listener of a Gateway, end to end: its certificate from a
@@ -453,9 +441,9 @@ spec:
 		lastErr = fmt.Errorf("status %d, certificate %d", resp.StatusCode, resp.TLS.PeerCertificates[0].SerialNumber.Int64())
 		return resp.TLS.PeerCertificates[0].SerialNumber.Int64(), resp.StatusCode
 	}
-	waitUntil(t, 60*time.Second, "HTTPS served with the Secret's certificate", func() bool { s, code := serial(); return s == 7 && code == 200 })
+	harness.WaitFor(t, 60*time.Second, "HTTPS served with the Secret's certificate", func() bool { s, code := serial(); return s == 7 && code == 200 })
 	// Status follows the data path: the Lease holder writes it.
-	waitUntil(t, 30*time.Second, "the serving Gateway Programmed", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the serving Gateway Programmed", func() bool {
 		return condition(t, dyn, "gateways", ns, "tls", "Programmed") == "True"
 	})
 
@@ -463,7 +451,7 @@ spec:
 	if _, err := client.CoreV1().Secrets(ns).Update(context.Background(), secret(8), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 60*time.Second, "the rotated certificate served", func() bool { s, _ := serial(); return s == 8 })
+	harness.WaitFor(t, 60*time.Second, "the rotated certificate served", func() bool { s, _ := serial(); return s == 8 })
 
 	// Made invalid: the last good certificate serves on, and the listener
 	// says the reference is invalid.
@@ -472,7 +460,7 @@ spec:
 	if _, err := client.CoreV1().Secrets(ns).Update(context.Background(), broken, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "ResolvedRefs false on the listener", func() bool {
+	harness.WaitFor(t, 30*time.Second, "ResolvedRefs false on the listener", func() bool {
 		u, err := dyn.Resource(gvr("gateways")).Namespace(ns).Get(context.Background(), "tls", metav1.GetOptions{})
 		if err != nil {
 			return false

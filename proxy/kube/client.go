@@ -36,6 +36,17 @@ type Client struct {
 // is named; else in-cluster when running in a pod; else with $KUBECONFIG
 // or ~/.kube/config.
 func NewClient(kubeconfig, userAgent string) (*Client, error) {
+	cfg, err := RESTConfig(kubeconfig, userAgent)
+	if err != nil {
+		return nil, err
+	}
+	return newClient(cfg)
+}
+
+// RESTConfig is the API server's config as NewClient finds it (the
+// kubeconfig file when one is named; else in-cluster in a pod; else
+// $KUBECONFIG or ~/.kube/config), with userAgent and baton's limits.
+func RESTConfig(kubeconfig, userAgent string) (*rest.Config, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -56,7 +67,17 @@ func NewClient(kubeconfig, userAgent string) (*Client, error) {
 	// Informers list once and then watch; the limits matter only for the
 	// first list of a big cluster.
 	cfg.QPS, cfg.Burst = 50, 100
-	return newClient(cfg)
+	return cfg, nil
+}
+
+// RESTClient is a REST client of cfg for one group version (under
+// apiPath: "/api" for core, else "/apis"), decoding with codecs.
+func RESTClient(cfg *rest.Config, codecs serializer.CodecFactory, apiPath string, gv *schema.GroupVersion) (*rest.RESTClient, error) {
+	c := rest.CopyConfig(cfg)
+	c.APIPath = apiPath
+	c.GroupVersion = gv
+	c.NegotiatedSerializer = codecs.WithoutConversion()
+	return rest.RESTClientFor(c)
 }
 
 func newClient(cfg *rest.Config) (*Client, error) {
@@ -67,18 +88,11 @@ func newClient(cfg *rest.Config) (*Client, error) {
 		}
 	}
 	codecs := serializer.NewCodecFactory(scheme)
-	restFor := func(apiPath string, gv *schema.GroupVersion) (*rest.RESTClient, error) {
-		c := rest.CopyConfig(cfg)
-		c.APIPath = apiPath
-		c.GroupVersion = gv
-		c.NegotiatedSerializer = codecs.WithoutConversion()
-		return rest.RESTClientFor(c)
-	}
-	core, err := restFor("/api", &corev1.SchemeGroupVersion)
+	core, err := RESTClient(cfg, codecs, "/api", &corev1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}
-	disc, err := restFor("/apis", &discoveryv1.SchemeGroupVersion)
+	disc, err := RESTClient(cfg, codecs, "/apis", &discoveryv1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}

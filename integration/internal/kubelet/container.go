@@ -37,6 +37,7 @@ type container struct {
 
 	stopping chan struct{} // closed when the kubelet stops it
 	exited   chan struct{} // closed when the process has exited
+	logged   chan struct{} // closed when its output is all in the log
 }
 
 // start runs the pod's container: its volumes and environment, its
@@ -69,7 +70,7 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	k.mu.Unlock()
 	c := &container{
 		k: k, key: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, uid: pod.UID, name: ctr.Name, ip: ip, veth: veth,
-		log: filepath.Join(k.podDir(pod.UID), ctr.Name+".log"), stopping: make(chan struct{}), exited: make(chan struct{}),
+		log: filepath.Join(k.podDir(pod.UID), ctr.Name+".log"), stopping: make(chan struct{}), exited: make(chan struct{}), logged: make(chan struct{}),
 	}
 	if err := os.MkdirAll(filepath.Dir(c.log), 0o700); err != nil {
 		k.release(c)
@@ -145,6 +146,7 @@ func (c *container) network() error {
 // copyLog writes the container's output to its log, each line after the
 // time it was read (RFC 3339, as the CRI's log format has it).
 func (c *container) copyLog(out io.Reader) {
+	defer close(c.logged)
 	f, err := os.OpenFile(c.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		c.k.Logf("kubelet: pod %s: log: %v", c.key, err)
@@ -161,15 +163,19 @@ func (c *container) copyLog(out io.Reader) {
 
 // wait reaps the process; one that exits unasked fails its pod.
 func (c *container) wait(ctx context.Context) {
+	<-c.logged // Wait closes the pipe: its last lines first
 	err := c.cmd.Wait()
 	close(c.exited)
 	exec.Command("ip", "link", "del", c.veth).Run() // gone with the namespace, usually
-	c.k.release(c)
 	select {
 	case <-c.stopping:
+		c.k.release(c)
 		return
 	default:
 	}
+	// Failed before it is forgotten: a pod event meanwhile must not find
+	// it neither running nor failed, and start it again.
+	defer c.k.release(c)
 	code := int32(c.cmd.ProcessState.ExitCode())
 	c.k.Logf("kubelet: pod %s: exited: %v", c.key, err)
 	now := metav1.Now()

@@ -77,14 +77,13 @@ func (k *Kubelet) Run(ctx context.Context) error {
 	if err := k.register(ctx); err != nil {
 		return err
 	}
+	factory := informers.NewSharedInformerFactory(k.Client, 0)
+	inf := factory.Core().V1().Pods().Informer()
+	k.pods = inf.GetIndexer() // before the log server, which reads it
 	logs, err := k.serveLogs()
 	if err != nil {
 		return err
 	}
-
-	factory := informers.NewSharedInformerFactory(k.Client, 0)
-	inf := factory.Core().V1().Pods().Informer()
-	k.pods = inf.GetIndexer()
 	k.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName]())
 	enqueue := func(obj any) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {

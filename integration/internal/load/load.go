@@ -220,11 +220,11 @@ func Run(ctx context.Context, cfg Config) *Result {
 		newConnClient(ctx, cfg, r, getClose)
 	})
 	spawn(cfg.TCPStreams, "tcp", func(ctx context.Context, r *recorder) {
-		streamClient(ctx, cfg, r)
+		streamClient(ctx, cfg, r, func() (net.Conn, error) { return dial(ctx, cfg.TCPAddr, cfg.Timeout) })
 	})
 	upgradeReq := []byte(fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: baton-load\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", cfg.Path, cfg.Host))
 	spawn(cfg.Upgrades, "upgrade", func(ctx context.Context, r *recorder) {
-		upgradeClient(ctx, cfg, r, upgradeReq)
+		streamClient(ctx, cfg, r, func() (net.Conn, error) { return openUpgraded(ctx, cfg, r, upgradeReq) })
 	})
 	if cfg.H2 > 0 {
 		h2 := newH2Client(cfg)
@@ -506,13 +506,14 @@ func h2Client(ctx context.Context, cfg Config, r *recorder, c *http.Client) {
 	}
 }
 
-// streamClient holds TCP streams of StreamLife each, echoing a numbered
-// message every StreamInterval and checking every echo, then half-closes
-// and expects the proxy to pass the close along.
-func streamClient(ctx context.Context, cfg Config, r *recorder) {
+// streamClient holds streams of StreamLife each, on connections open
+// makes (a TCP connection, or an HTTP one switched to the backend's echo),
+// echoing a numbered message every StreamInterval and checking every
+// echo, then half-closes and expects the proxy to pass the close along.
+func streamClient(ctx context.Context, cfg Config, r *recorder, open func() (net.Conn, error)) {
 	buf := make([]byte, 64)
 	for !over(ctx) {
-		c, err := dial(ctx, cfg.TCPAddr, cfg.Timeout)
+		c, err := open()
 		if err != nil {
 			if !over(ctx) {
 				r.fail(classify(err, false), err)
@@ -528,30 +529,19 @@ func streamClient(ctx context.Context, cfg Config, r *recorder) {
 	}
 }
 
-// upgradeClient holds streams as streamClient does, each on an HTTP
-// connection switched by req (101) to the backend's echo.
-func upgradeClient(ctx context.Context, cfg Config, r *recorder, req []byte) {
-	buf := make([]byte, 64)
-	for !over(ctx) {
-		c, err := dialHTTP(ctx, cfg, r)
-		if err != nil {
-			if !over(ctx) {
-				r.fail(classify(err, false), err)
-			}
-			continue
-		}
-		r.connections++
-		if err := switchProtocols(c, cfg, req); err != nil {
-			if !over(ctx) {
-				r.fail(classify(err, false), err)
-			}
-		} else if err := stream(ctx, cfg, c, buf, r); err != nil {
-			r.fail(classify(err, false), err)
-		} else {
-			r.streams++
-		}
-		c.Close()
+// openUpgraded connects to the HTTP address and switches the connection
+// by req (101) to the backend's echo.
+func openUpgraded(ctx context.Context, cfg Config, r *recorder, req []byte) (net.Conn, error) {
+	c, err := dialHTTP(ctx, cfg, r)
+	if err != nil {
+		return nil, err
 	}
+	r.connections++
+	if err := switchProtocols(c, cfg, req); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // switchProtocols sends req on c and reads a 101 response head, byte by
