@@ -26,14 +26,14 @@ import (
 func (p *Proxy) ApplyRouting(ctx context.Context, payload []byte) error {
 	p.routingMu.Lock()
 	defer p.routingMu.Unlock()
-	r, err := p.decodeRouting(payload)
+	backends, lines, err := config.RoutingLines(payload)
 	if err != nil {
-		return err
+		return fmt.Errorf("routing: %w", err)
 	}
 	old := p.dynamicBackends()
-	next := make(map[string]*backend, len(r.Backends))
+	next := make(map[string]*backend, len(backends))
 	var errs []error
-	for _, bc := range r.Backends {
+	for _, bc := range backends {
 		if p.backends[bc.Name] != nil || next[bc.Name] != nil {
 			errs = append(errs, fmt.Errorf("routing: backend %q: the name is taken", bc.Name))
 			continue
@@ -52,11 +52,7 @@ func (p *Proxy) ApplyRouting(ctx context.Context, payload []byte) error {
 		b := p.backends[name]
 		return b, b != nil
 	}
-	rules := yamlRules(p.cfg, p.backends)
-	for _, rr := range r.Rules {
-		rules = append(rules, route.Resolve(rr, find))
-	}
-	table, cerr := route.Compile(rules)
+	table, cerr := p.buildRoutes(lines, find)
 	if cerr != nil {
 		errs = append(errs, cerr)
 	}
@@ -76,29 +72,80 @@ func (p *Proxy) ApplyRouting(ctx context.Context, payload []byte) error {
 	return errors.Join(errs...)
 }
 
-// decodeRouting decodes a routing payload (config.MarshalRouting). A
-// rule whose line the last routing had is not decoded again: a change of
-// one route of a thousand decodes that route's rules only. The cache
-// holds the last routing's rules. routingMu held.
-func (p *Proxy) decodeRouting(payload []byte) (config.Routing, error) {
-	backends, lines, err := config.RoutingLines(payload)
-	if err != nil {
-		return config.Routing{}, fmt.Errorf("routing: %w", err)
-	}
-	r := config.Routing{Backends: backends, Rules: make([]route.Rule[string], len(lines))}
-	next := make(map[string]route.Rule[string], len(lines))
+// preparedRule is one rule of a routing, compiled, by its line of the
+// routing payload (config.MarshalRouting): kept from one routing to the
+// next while its line and the backends it resolved to stay the same.
+type preparedRule struct {
+	line string
+	prep *route.Prepared[*backend]
+	// names are its backends' and mirrors' names, in order, and targets
+	// what they resolved to.
+	names   []string
+	targets []*backend
+}
+
+// buildRoutes compiles a routing's rule lines, with the config's own
+// routes, into a new table. A line the last routing had, whose backends
+// are the same, is not decoded nor compiled again: a change of one route
+// of a thousand compiles that route's rules only. A line that does not
+// decode or compile is left out and named in the error. routingMu held.
+func (p *Proxy) buildRoutes(lines [][]byte, find func(string) (*backend, bool)) (*routeTable, error) {
+	ps := slices.Clone(p.yamlPrepared)
+	next := make(map[string]preparedRule, len(lines))
+	var errs []error
 	for i, line := range lines {
-		if rule, ok := p.decodedRules[string(line)]; ok {
-			r.Rules[i], next[string(line)] = rule, rule
+		if pr, ok := p.prepared[string(line)]; ok && pr.resolvesTo(find) {
+			ps = append(ps, pr.prep)
+			next[pr.line] = pr
 			continue
 		}
-		if err := json.Unmarshal(line, &r.Rules[i]); err != nil {
-			return config.Routing{}, fmt.Errorf("routing: rule %d: %w", i, err)
+		var rr route.Rule[string]
+		if err := json.Unmarshal(line, &rr); err != nil {
+			errs = append(errs, fmt.Errorf("routing: rule %d: %w", i, err))
+			continue
 		}
-		next[string(line)] = r.Rules[i]
+		rule := route.Resolve(rr, find)
+		prep, err := route.Prepare(&rule)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("routing: %w", err))
+			continue
+		}
+		pr := preparedRule{line: string(line), prep: prep}
+		pr.names, pr.targets = ruleTargets(&rr, find)
+		ps = append(ps, prep)
+		next[pr.line] = pr
 	}
-	p.decodedRules = next
-	return r, nil
+	p.prepared = next
+	return route.Build(ps, p.routes.Load()), errors.Join(errs...)
+}
+
+// ruleTargets are the names of r's backends and mirrors, in order, and
+// what they resolve to through find (nil: not found).
+func ruleTargets(r *route.Rule[string], find func(string) (*backend, bool)) ([]string, []*backend) {
+	names := make([]string, 0, len(r.Backends)+len(r.Filters.Mirrors))
+	for _, b := range r.Backends {
+		names = append(names, b.Target)
+	}
+	for _, m := range r.Filters.Mirrors {
+		names = append(names, m.Target)
+	}
+	targets := make([]*backend, len(names))
+	for i, n := range names {
+		targets[i], _ = find(n)
+	}
+	return names, targets
+}
+
+// resolvesTo reports whether pr's rule resolves through find to the
+// backends it was compiled with: a backend made again (its config
+// changed) makes the rule compiled again, with the new one.
+func (pr preparedRule) resolvesTo(find func(string) (*backend, bool)) bool {
+	for i, n := range pr.names {
+		if t, _ := find(n); t != pr.targets[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // kubeTargets are the Kubernetes Services of the config's backends and of

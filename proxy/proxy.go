@@ -37,9 +37,10 @@ type Proxy struct {
 	// serializes).
 	dynamic   atomic.Pointer[map[string]*backend]
 	routingMu sync.Mutex
-	// decodedRules are the last routing's rules by their encoding
-	// (decodeRouting; routingMu).
-	decodedRules map[string]route.Rule[string]
+	// yamlPrepared are the config's own routes, compiled; prepared the
+	// last routing's rules by their line (buildRoutes; routingMu).
+	yamlPrepared []*route.Prepared[*backend]
+	prepared     map[string]preparedRule
 	// kube is the worker's Kubernetes watch, when one runs: started for
 	// the config's Services, or by the first routing that names one; its
 	// targets change with the routing.
@@ -123,11 +124,15 @@ func New(cfg *config.Config, log *zap.Logger) *Proxy {
 		p.backends[bc.Name] = newBackend(bc, cfg.HTTP.MaxHeaderBytes)
 	}
 	// The config was validated: every rule compiles.
-	table, err := route.Compile(yamlRules(cfg, p.backends))
-	if err != nil {
-		log.Error("routes", zap.Error(err))
+	for _, r := range yamlRules(cfg, p.backends) {
+		prep, err := route.Prepare(&r)
+		if err != nil {
+			log.Error("routes", zap.Error(err))
+			continue
+		}
+		p.yamlPrepared = append(p.yamlPrepared, prep)
 	}
-	p.routes.Store(table)
+	p.routes.Store(route.Build(p.yamlPrepared, nil))
 	return p
 }
 

@@ -347,3 +347,52 @@ func TestIndexAgreesWithScan(t *testing.T) {
 		}
 	}
 }
+
+// Build from a previous table keeps the groups of the hosts whose rules
+// are the same (shared by both tables, unchanged), and builds those whose
+// rules changed: a rule moved to another host leaves its old one and is
+// found at its new one, in precedence with the rules already there; the
+// table the build started from answers as before.
+func TestBuildKeepsUnchangedHosts(t *testing.T) {
+	prepare := func(r Rule[string]) *Prepared[string] {
+		t.Helper()
+		p, err := Prepare(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a := prepare(rule("a", []string{"a.example"}))
+	b := prepare(rule("b", []string{"b.example"}, prefix("/b")))
+	wild := prepare(rule("wild", []string{"*.example"}))
+	anyHost := prepare(rule("any", nil))
+	t1 := Build([]*Prepared[string]{a, b, wild, anyHost}, nil)
+
+	moved := prepare(rule("b", []string{"a.example"}, prefix("/b")))
+	t2 := Build([]*Prepared[string]{a, moved, wild, anyHost}, t1)
+
+	h1, h2 := t1.listeners["web"], t2.listeners["web"]
+	if h2.any != h1.any || h2.wildcards[0].group != h1.wildcards[0].group {
+		t.Error("the groups whose rules did not change were built again")
+	}
+	if h2.exact["a.example"] == h1.exact["a.example"] {
+		t.Error("the group a rule moved to kept its old entries")
+	}
+	for _, tt := range []struct {
+		tb         *Table[string]
+		host, path string
+		want       string
+	}{
+		{t2, "a.example", "/b/1", "b"},
+		{t2, "a.example", "/", "a"},
+		{t2, "b.example", "/b", "wild"}, // b left it: the wildcard takes it
+		{t2, "x.example", "/", "wild"},
+		{t2, "other", "/", "any"},
+		{t1, "b.example", "/b", "b"},
+		{t1, "a.example", "/b/1", "a"},
+	} {
+		if got := matched(tt.tb, req("GET", tt.host+tt.path)); got != tt.want {
+			t.Errorf("%s%s: %s, want %s", tt.host, tt.path, got, tt.want)
+		}
+	}
+}

@@ -39,7 +39,8 @@ type wildcard[B any] struct {
 // "/"), in precedence order. A thousand routes on a host cost a request no
 // more than the few on its way down the trie.
 type group[B any] struct {
-	entries []*entry[B] // in precedence order; an entry's rank is its index
+	from    []*Prepared[B] // the rules it was built from, in order (Build)
+	entries []*entry[B]    // in precedence order; an entry's rank is its index
 	root    node[B]
 	rest    []*entry[B] // the entries that fix no segment, in order
 }
@@ -55,14 +56,12 @@ type node[B any] struct {
 // is kept at this depth (its match still checks the whole path).
 const maxDepth = 8
 
-func (g *group[B]) add(es []*entry[B]) { g.entries = append(g.entries, es...) }
-
 // index sorts the entries and builds the trie.
 func (g *group[B]) index() {
 	sortEntries(g.entries)
 	g.root, g.rest = node[B]{}, nil
 	for i, e := range g.entries {
-		e.rank = i // one entry is in one group only (Compile copies them per host)
+		e.rank = i // one entry is in one group only (Build copies them per host)
 		segs := e.segments()
 		if len(segs) == 0 {
 			g.rest = append(g.rest, e)
@@ -141,84 +140,163 @@ type Compiled[B any] struct {
 // regular expression that does not parse) is left out, and named in the
 // error; the others are in the Table all the same.
 func Compile[B any](rules []Rule[B]) (*Table[B], error) {
-	t := &Table[B]{listeners: make(map[string]*hostTable[B])}
+	ps := make([]*Prepared[B], 0, len(rules))
 	var errs []error
 	for i := range rules {
-		c, entries, err := compileRule(&rules[i])
+		p, err := Prepare(&rules[i])
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		ht := t.listeners[c.Listener]
-		if ht == nil {
-			ht = &hostTable[B]{exact: make(map[string]*group[B]), any: &group[B]{}}
-			t.listeners[c.Listener] = ht
-		}
-		hosts := c.Hostnames
-		if len(hosts) == 0 {
-			hosts = []string{""}
-		}
-		seen := make(map[string]bool, len(hosts))
-		for _, h := range hosts {
-			h = normalizeHost(h)
-			if seen[h] {
-				continue
-			}
-			seen[h] = true
-			es := entries
-			if len(seen) > 1 {
-				es = copyEntries(entries) // an entry has a rank in one group
-			}
-			switch {
-			case h == "":
-				ht.any.add(es)
-			case strings.HasPrefix(h, "*."):
-				ht.wildcardGroup(h[1:]).add(es)
-			default:
-				g := ht.exact[h]
-				if g == nil {
-					g = &group[B]{}
-					ht.exact[h] = g
-				}
-				g.add(es)
-			}
-		}
+		ps = append(ps, p)
 	}
-	for _, ht := range t.listeners {
-		for _, g := range ht.exact {
-			g.index()
-		}
-		for _, w := range ht.wildcards {
-			w.group.index()
-		}
-		slices.SortStableFunc(ht.wildcards, func(a, b wildcard[B]) int { return len(b.suffix) - len(a.suffix) })
-		ht.any.index()
-	}
+	t := Build(ps, nil)
 	if len(errs) > 0 {
 		return t, fmt.Errorf("route: %w", errors.Join(errs...))
 	}
 	return t, nil
 }
 
-// wildcardGroup returns the group of the wildcard suffix, made when new.
-func (ht *hostTable[B]) wildcardGroup(suffix string) *group[B] {
+// Prepared is one rule compiled (its regular expressions, header edits and
+// weights), ready to be put in a Table by Build. It is immutable: one
+// Prepared may be in any number of Tables, old and new, so that a change
+// of one rule of a thousand compiles that rule only.
+type Prepared[B any] struct {
+	c       *Compiled[B]
+	entries []*entry[B] // Build copies them: an entry's rank is its table's
+}
+
+// Prepare compiles one rule; the error names it.
+func Prepare[B any](r *Rule[B]) (*Prepared[B], error) {
+	c, entries, err := compileRule(r)
+	if err != nil {
+		return nil, err
+	}
+	return &Prepared[B]{c: c, entries: entries}, nil
+}
+
+// Rule is the rule p was prepared from.
+func (p *Prepared[B]) Rule() *Rule[B] { return &p.c.Rule }
+
+// Build puts prepared rules in a new Table: by listener and host, each
+// host's in precedence order. A host whose rules are the same Prepared
+// ones, in the same order, as in prev (nil: none) keeps prev's group: a
+// change of one host's routes among a thousand hosts indexes that host's
+// again, not the thousand.
+func Build[B any](ps []*Prepared[B], prev *Table[B]) *Table[B] {
+	t := &Table[B]{listeners: make(map[string]*hostTable[B])}
+	var seen map[string]bool
+	for _, p := range ps {
+		c := p.c
+		ht := t.listeners[c.Listener]
+		if ht == nil {
+			hint := 0
+			if prev != nil && prev.listeners[c.Listener] != nil {
+				hint = len(prev.listeners[c.Listener].exact)
+			}
+			ht = &hostTable[B]{exact: make(map[string]*group[B], hint), any: &group[B]{}}
+			t.listeners[c.Listener] = ht
+		}
+		hosts := c.Hostnames
+		if len(hosts) == 0 {
+			hosts = []string{""}
+		}
+		clear(seen)
+		for _, h := range hosts {
+			h = normalizeHost(h)
+			if len(hosts) > 1 {
+				if seen == nil {
+					seen = make(map[string]bool)
+				}
+				if seen[h] {
+					continue
+				}
+				seen[h] = true
+			}
+			switch {
+			case h == "":
+				ht.any.from = append(ht.any.from, p)
+			case strings.HasPrefix(h, "*."):
+				g := ht.wildcardGroup(h[1:], true)
+				g.from = append(g.from, p)
+			default:
+				g := ht.exact[h]
+				if g == nil {
+					g = &group[B]{}
+					ht.exact[h] = g
+				}
+				g.from = append(g.from, p)
+			}
+		}
+	}
+	for name, ht := range t.listeners {
+		var old *hostTable[B]
+		if prev != nil {
+			old = prev.listeners[name]
+		}
+		for h, g := range ht.exact {
+			var was *group[B]
+			if old != nil {
+				was = old.exact[h]
+			}
+			ht.exact[h] = g.build(was)
+		}
+		for i, w := range ht.wildcards {
+			var was *group[B]
+			if old != nil {
+				was = old.wildcardGroup(w.suffix, false)
+			}
+			ht.wildcards[i].group = w.group.build(was)
+		}
+		slices.SortStableFunc(ht.wildcards, func(a, b wildcard[B]) int { return len(b.suffix) - len(a.suffix) })
+		var was *group[B]
+		if old != nil {
+			was = old.any
+		}
+		ht.any = ht.any.build(was)
+	}
+	return t
+}
+
+// build returns prev when it was built from the same rules as g, or else
+// g with its entries copied from its rules and indexed. A built group is
+// not changed again: tables old and new may share it.
+func (g *group[B]) build(prev *group[B]) *group[B] {
+	if prev != nil && slices.Equal(prev.from, g.from) {
+		return prev
+	}
+	n := 0
+	for _, p := range g.from {
+		n += len(p.entries)
+	}
+	vals := make([]entry[B], 0, n)
+	for _, p := range g.from {
+		for _, e := range p.entries {
+			vals = append(vals, *e) // an entry has a rank in one group
+		}
+	}
+	g.entries = make([]*entry[B], len(vals))
+	for i := range vals {
+		g.entries[i] = &vals[i]
+	}
+	g.index()
+	return g
+}
+
+// wildcardGroup returns the group of the wildcard suffix; when there is
+// none, a new one if create, or else nil.
+func (ht *hostTable[B]) wildcardGroup(suffix string, create bool) *group[B] {
 	for _, w := range ht.wildcards {
 		if w.suffix == suffix {
 			return w.group
 		}
 	}
+	if !create {
+		return nil
+	}
 	g := &group[B]{}
 	ht.wildcards = append(ht.wildcards, wildcard[B]{suffix: suffix, group: g})
 	return g
-}
-
-func copyEntries[B any](es []*entry[B]) []*entry[B] {
-	out := make([]*entry[B], len(es))
-	for i, e := range es {
-		c := *e
-		out[i] = &c
-	}
-	return out
 }
 
 // compileRule compiles one rule and its matches.
