@@ -8,6 +8,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/proxy/kube"
@@ -60,7 +61,7 @@ func (p *Proxy) ApplyRouting(ctx context.Context, payload []byte) error {
 	// their Kubernetes endpoints are in place before a route leads to
 	// them.
 	p.dynamic.Store(&next)
-	if err := p.watchKube(ctx, kubeTargets(p.cfg.Backends, next)); err != nil {
+	if err := p.watchKubeBounded(ctx, kubeTargets(p.cfg.Backends, next)); err != nil {
 		errs = append(errs, err)
 	}
 	p.routes.Store(table)
@@ -172,6 +173,41 @@ func kubeTarget(bc *config.Backend) (kube.Target, bool) {
 		return kube.Target{}, false
 	}
 	return kube.Target{Backend: bc.Name, Namespace: k.Namespace(), Service: k.Name(), PortName: k.Port.Name, PortNumber: k.Port.Number, Mode: k.Mode}, true
+}
+
+// defaultKubeSyncWait bounds how long a routing waits for the endpoints of the
+// Services it newly names: a namespace that cannot be listed (a
+// permission missing, the API server away) holds up no other route. Its
+// routes serve once the wait ends, 503 until their endpoints are in
+// place; the watch goes on and puts them in place when it can.
+const defaultKubeSyncWait = 5 * time.Second
+
+// watchKubeBounded is watchKube, waiting at most p.kubeSyncWait.
+func (p *Proxy) watchKubeBounded(ctx context.Context, targets []kube.Target) error {
+	wait := p.kubeSyncWait
+	if wait == 0 {
+		wait = defaultKubeSyncWait
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	err := p.watchKube(wctx, targets)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		waiting := "no reason known"
+		if w := p.kubeWatch(); w != nil {
+			if s := w.Waiting(); s != "" {
+				waiting = s
+			}
+		}
+		return fmt.Errorf("routing: Kubernetes endpoints not in place after %s (%s): routes to them answer 503 until they are", wait, waiting)
+	}
+	return err
+}
+
+// kubeWatch returns the worker's Kubernetes watch, or nil.
+func (p *Proxy) kubeWatch() *kube.Watcher {
+	p.kubeMu.Lock()
+	defer p.kubeMu.Unlock()
+	return p.kube
 }
 
 // watchKube makes targets what the worker's Kubernetes watch watches, and

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,14 +11,19 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/proxy/kube/kubetest"
 	"github.com/baton-proxy/baton/proxy/route"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func routingPayload(t testing.TB, r config.Routing) []byte {
@@ -230,6 +236,32 @@ func TestApplyRoutingWatchesKubernetes(t *testing.T) {
 	if got := get("app.example"); got != "pod" {
 		t.Fatalf("the Service kept: %q", got)
 	}
+
+	// A Service of a namespace baton may not list: the routing waits for
+	// it no longer than the bound, says why, and serves the rest; the
+	// watch goes on serving the endpoints of the others.
+	client.PrependReactor("list", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetNamespace() != "locked" {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: a.GetResource().Resource}, "", errors.New("RBAC: not allowed"))
+	})
+	p.kubeSyncWait = 200 * time.Millisecond
+	err := p.ApplyRouting(ctx, routingPayload(t, config.Routing{
+		Backends: []config.Backend{kubeBackend("gw/web", "shop/web"), kubeBackend("gw/x", "locked/x")},
+		Rules:    []route.Rule[string]{rule("app.example", "gw/web"), rule("x.example", "gw/x"), rule("new.example", "gw/web")},
+	}))
+	if err == nil || !strings.Contains(err.Error(), "not in place after 200ms") || !strings.Contains(err.Error(), "namespace locked Services") {
+		t.Fatalf("a routing naming a namespace that cannot sync: %v", err)
+	}
+	if got := get("new.example"); got != "pod" {
+		t.Fatalf("a route beside it: %q", got)
+	}
+	if got := get("x.example"); !strings.Contains(got, "Service Unavailable") {
+		t.Fatalf("the route to the Service not in place: %q, want a 503", got)
+	}
+	client.DiscoveryV1().EndpointSlices("shop").Update(ctx, endpoints("shop", "web", other), metav1.UpdateOptions{})
+	waitUntil(t, "the endpoints of a Service in place to change", func() bool { return get("app.example") == "other" })
 }
 
 // BenchmarkApplyRoutingOneChange measures what a worker spends on a route

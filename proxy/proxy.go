@@ -48,7 +48,8 @@ type Proxy struct {
 	kube           *kube.Watcher
 	kubeStop       func()
 	kubeDone       <-chan struct{}
-	testKubeSource kube.Source // set by tests
+	testKubeSource kube.Source   // set by tests
+	kubeSyncWait   time.Duration // a routing's wait for new Services; 0: defaultKubeSyncWait (tests set it)
 	backends       map[string]*backend
 	https          []*httpFrontend
 	tcps           []*tcpFrontend

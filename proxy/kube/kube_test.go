@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,9 +12,13 @@ import (
 	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -272,5 +277,67 @@ func TestWatcherSetTargets(t *testing.T) {
 	client.DiscoveryV1().EndpointSlices("blog").Update(context.Background(), b, metav1.UpdateOptions{})
 	if u := next(t, batches); len(u) != 1 || u[0].Backend != "blog" || len(u[0].Endpoints) != 2 {
 		t.Fatalf("after shop left: %+v", u)
+	}
+}
+
+// A namespace that cannot be listed (RBAC forbids it: the informer retries
+// forever) holds up nothing else: while the targets naming it wait for
+// its caches, the endpoints of the targets in effect go on being applied,
+// Waiting says why, and the next SetTargets replaces the waiting one.
+func TestWatcherSetTargetsNeverSyncing(t *testing.T) {
+	web := service("web", corev1.ServicePort{Name: "http", Port: 80})
+	api := service("api", corev1.ServicePort{Name: "http", Port: 80})
+	webSlice := slice("web-a", "web", discoveryv1.AddressTypeIPv4, "http", 8080, ep{ip: "198.18.0.1"})
+	apiSlice := slice("api-a", "api", discoveryv1.AddressTypeIPv4, "http", 8080, ep{ip: "198.18.0.2"})
+	target := func(backend, ns, svc string) Target {
+		return Target{Backend: backend, Namespace: ns, Service: svc, PortName: "http", Mode: ModeEndpoints}
+	}
+	client, batches, w := startWatcher(t, []Target{target("web", "shop", "web")}, web, api, webSlice, apiSlice)
+	next(t, batches)
+	client.PrependReactor("list", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetNamespace() != "locked" {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: a.GetResource().Resource}, "", errors.New("RBAC: not allowed"))
+	})
+	stuck := make(chan error, 1)
+	w.SetTargets([]Target{target("web", "shop", "web"), target("x", "locked", "x")}, stuck)
+
+	s := webSlice.DeepCopy()
+	s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{"198.18.0.9"}})
+	client.DiscoveryV1().EndpointSlices("shop").Update(context.Background(), s, metav1.UpdateOptions{})
+	if u := next(t, batches); len(u) != 1 || u[0].Backend != "web" || len(u[0].Endpoints) != 2 {
+		t.Fatalf("while a namespace cannot sync: %+v", u)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(w.Waiting(), "namespace locked Services: services is forbidden") {
+		if time.Now().After(deadline) {
+			t.Fatalf("Waiting says %q", w.Waiting())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-stuck:
+		t.Fatalf("the targets of a namespace that cannot sync took effect: %v", err)
+	default:
+	}
+
+	done := make(chan error, 1)
+	w.SetTargets([]Target{target("web", "shop", "web"), target("api", "shop", "api")}, done)
+	if err := <-stuck; err == nil || !strings.Contains(err.Error(), "replaced") {
+		t.Fatalf("the waiting targets, replaced: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Update{}
+	for _, u := range next(t, batches) {
+		got[u.Backend] = u
+	}
+	if len(got["api"].Endpoints) != 1 || got["api"].Endpoints[0].Address != "198.18.0.2:8080" {
+		t.Fatalf("after the replacing targets: %+v", got)
+	}
+	if why := w.Waiting(); why != "" {
+		t.Fatalf("still waiting for %q", why)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -75,8 +76,9 @@ type Watcher struct {
 	dirty     map[string]struct{}
 	notify    chan struct{} // capacity 1: something is dirty
 
-	cachesMu sync.Mutex          // protects caches
+	cachesMu sync.Mutex          // protects caches and pending
 	caches   map[string]*nsCache // by namespace
+	pending  map[string]*nsCache // a retarget's caches, until they sync
 
 	retarget chan retarget // capacity 1: the last SetTargets not taken yet
 
@@ -115,10 +117,15 @@ func (c *nsCache) end() {
 	c.running.Wait()
 }
 
-// retarget is a SetTargets to apply, and who waits for it.
+// retarget is a SetTargets to apply, and who waits for it; prepare fills
+// in the rest.
 type retarget struct {
 	targets []Target
 	done    chan<- error
+
+	byService map[string][]*Target
+	names     map[string][]string // namespace to its Services, sorted
+	fresh     map[string]*nsCache // the caches made for it, by namespace
 }
 
 // New returns a watcher of targets; apply receives every batch of updates,
@@ -250,24 +257,38 @@ func (w *Watcher) Waiting() string {
 	w.cachesMu.Lock()
 	defer w.cachesMu.Unlock()
 	for ns, c := range w.caches {
-		for i, synced := range c.synced {
-			if synced() {
-				continue
-			}
-			kind := []string{"Services", "EndpointSlices"}[i]
-			key := "namespace " + ns + " " + kind
-			w.errMu.Lock()
-			err := w.lastErr[key]
-			w.errMu.Unlock()
-			if err != nil {
-				parts = append(parts, fmt.Sprintf("kubernetes: %s: %v", key, err))
-			} else {
-				parts = append(parts, fmt.Sprintf("kubernetes: %s: waiting for the first list", key))
-			}
+		if p := w.pending[ns]; p != nil {
+			c = p // its Services changed: the new cache is the one waited for
+		}
+		parts = c.waiting(w, ns, parts)
+	}
+	for ns, c := range w.pending {
+		if w.caches[ns] == nil {
+			parts = c.waiting(w, ns, parts)
 		}
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, "; ")
+}
+
+// waiting appends to parts what c, the cache of namespace ns, waits for.
+func (c *nsCache) waiting(w *Watcher, ns string, parts []string) []string {
+	for i, synced := range c.synced {
+		if synced() {
+			continue
+		}
+		kind := []string{"Services", "EndpointSlices"}[i]
+		key := "namespace " + ns + " " + kind
+		w.errMu.Lock()
+		err := w.lastErr[key]
+		w.errMu.Unlock()
+		if err != nil {
+			parts = append(parts, fmt.Sprintf("kubernetes: %s: %v", key, err))
+		} else {
+			parts = append(parts, fmt.Sprintf("kubernetes: %s: waiting for the first list", key))
+		}
+	}
+	return parts
 }
 
 // markObj marks the Service of obj (a Service, or with label an
@@ -329,6 +350,16 @@ func (w *Watcher) Run(ctx context.Context, synced chan<- error) {
 	w.mu.Unlock()
 	w.flush()
 	synced <- nil
+	// A retarget whose new caches have not synced waits beside the loop:
+	// the endpoints of the targets in effect go on being applied, however
+	// long a namespace takes (a permission missing makes it forever).
+	var pending *retarget
+	var poll <-chan time.Time
+	defer func() {
+		if pending != nil {
+			w.abandon(pending, fmt.Errorf("kube: the watch ended: %w", ctx.Err()))
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -336,13 +367,25 @@ func (w *Watcher) Run(ctx context.Context, synced chan<- error) {
 		case <-w.notify:
 			w.flush()
 		case rt := <-w.retarget:
-			err := w.setTargets(ctx, rt.targets)
-			if rt.done != nil {
-				rt.done <- err
-			}
+			w.prepare(ctx, &rt, pending)
+			pending = &rt
+		case <-poll:
+		}
+		if pending != nil && pending.synced() {
+			w.commit(pending)
+			pending = nil
+		}
+		poll = nil
+		if pending != nil {
+			poll = time.After(syncPoll)
 		}
 	}
 }
+
+// syncPoll is how often a retarget's new caches are checked for sync (as
+// client-go's WaitForCacheSync polls, but more often: a route to a
+// Service of a new namespace waits for it).
+const syncPoll = 10 * time.Millisecond
 
 // SetTargets replaces the watcher's targets, once Run runs: the
 // namespaces and Services newly named are watched, their caches synced,
@@ -368,39 +411,77 @@ func (w *Watcher) SetTargets(targets []Target, done chan<- error) {
 	}
 }
 
-// setTargets does SetTargets' work in Run's goroutine. A namespace whose
-// Services changed gets new informers (the EndpointSlices' label selector
-// names them), which replace the old ones once synced.
-func (w *Watcher) setTargets(ctx context.Context, targets []Target) error {
-	byService, names := plan(targets)
-	fresh := make(map[string]*nsCache)
-	for ns, svcs := range names {
-		if c := w.caches[ns]; c != nil && c.names == strings.Join(svcs, ",") {
+// prepare starts rt's work in Run's goroutine: the caches rt needs that
+// the watcher does not have (a namespace newly named, or whose Services
+// changed: the EndpointSlices' label selector names them) are made and
+// started, or taken from prev, the retarget rt replaces before it took
+// effect; prev is answered so, and its other caches end.
+func (w *Watcher) prepare(ctx context.Context, rt *retarget, prev *retarget) {
+	rt.byService, rt.names = plan(rt.targets)
+	rt.fresh = make(map[string]*nsCache)
+	for ns, svcs := range rt.names {
+		joined := strings.Join(svcs, ",")
+		if c := w.caches[ns]; c != nil && c.names == joined {
 			continue
+		}
+		if prev != nil {
+			if c := prev.fresh[ns]; c != nil && c.names == joined {
+				rt.fresh[ns] = c
+				delete(prev.fresh, ns)
+				continue
+			}
 		}
 		c := w.newNSCache(ns, svcs)
 		c.start(ctx)
-		fresh[ns] = c
+		rt.fresh[ns] = c
 	}
-	for ns, c := range fresh {
-		if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-			for _, c := range fresh {
-				c.end()
+	w.cachesMu.Lock()
+	w.pending = rt.fresh
+	w.cachesMu.Unlock()
+	if prev != nil {
+		w.abandon(prev, errors.New("kube: targets replaced before they took effect"))
+	}
+}
+
+// synced reports whether every cache rt made has synced.
+func (rt *retarget) synced() bool {
+	for _, c := range rt.fresh {
+		for _, synced := range c.synced {
+			if !synced() {
+				return false
 			}
-			return fmt.Errorf("kube: caches of namespace %s did not sync: %w", ns, ctx.Err())
 		}
 	}
+	return true
+}
+
+// abandon ends the caches rt made and answers it with err.
+func (w *Watcher) abandon(rt *retarget, err error) {
+	for _, c := range rt.fresh {
+		c.end()
+	}
+	if rt.done != nil {
+		rt.done <- err
+	}
+}
+
+// commit puts rt's targets in effect, its caches synced: they replace
+// those of their namespaces, the caches of namespaces no longer named
+// end, and the endpoints of what changed are applied before rt is
+// answered.
+func (w *Watcher) commit(rt *retarget) {
 	w.cachesMu.Lock()
 	var gone []*nsCache
 	for ns, c := range w.caches {
-		if _, kept := names[ns]; !kept || fresh[ns] != nil {
+		if _, kept := rt.names[ns]; !kept || rt.fresh[ns] != nil {
 			gone = append(gone, c)
 			delete(w.caches, ns)
 		}
 	}
-	for ns, c := range fresh {
+	for ns, c := range rt.fresh {
 		w.caches[ns] = c
 	}
+	w.pending = nil
 	w.cachesMu.Unlock()
 	for _, c := range gone {
 		c.end()
@@ -411,29 +492,26 @@ func (w *Watcher) setTargets(ctx context.Context, targets []Target) error {
 	// costs no pass over every endpoint.
 	w.mu.Lock()
 	prev := w.byService
-	w.byService = byService
-	for key, ts := range byService {
-		if fresh[ts[0].Namespace] != nil || !slices.EqualFunc(prev[key], ts, func(a, b *Target) bool { return *a == *b }) {
+	w.byService = rt.byService
+	for key, ts := range rt.byService {
+		if rt.fresh[ts[0].Namespace] != nil || !slices.EqualFunc(prev[key], ts, func(a, b *Target) bool { return *a == *b }) {
 			w.dirty[key] = struct{}{}
 		}
 	}
 	w.mu.Unlock()
+	backends := make(map[string]bool, len(rt.targets))
+	for i := range rt.targets {
+		backends[rt.targets[i].Backend] = true
+	}
 	for backend := range w.last {
-		if !hasBackend(targets, backend) {
+		if !backends[backend] {
 			delete(w.last, backend)
 		}
 	}
 	w.flush()
-	return nil
-}
-
-func hasBackend(ts []Target, backend string) bool {
-	for i := range ts {
-		if ts[i].Backend == backend {
-			return true
-		}
+	if rt.done != nil {
+		rt.done <- nil
 	}
-	return false
 }
 
 // flush recomputes the dirty Services and applies what changed.
