@@ -6,10 +6,8 @@ import (
 	"github.com/baton-proxy/baton/proxy/kube"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -88,19 +86,7 @@ func (c *Client) listWatch(resource string, gateway bool, newList func() runtime
 	if gateway {
 		rc = c.gw
 	}
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = fieldSelector(resource)
-			out := newList()
-			err := rc.Get().Resource(resource).VersionedParams(&opts, c.params).Do(ctx).Into(out)
-			return out, err
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.Watch = true
-			opts.FieldSelector = fieldSelector(resource)
-			return rc.Get().Resource(resource).VersionedParams(&opts, c.params).Watch(ctx)
-		},
-	}
+	return kube.ListWatchAll(rc, c.params, resource, fieldSelector(resource), newList)
 }
 
 // updateStatus writes obj's status (its status subresource), as obj's

@@ -14,7 +14,7 @@ import (
 // cannot pass here.
 func TestExamplesCheckOffline(t *testing.T) {
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()} // no kubeconfig anywhere
-	for _, cfg := range []string{"../examples/baton.yaml", "../examples/kubernetes/baton.yaml", "../examples/kubernetes/gateway/baton.yaml"} {
+	for _, cfg := range []string{"../examples/baton.yaml", "../examples/kubernetes/baton.yaml", "../examples/kubernetes/gateway/baton.yaml", "../examples/kubernetes/ingress/baton.yaml"} {
 		cmd := exec.Command(batonBin, "check", "--offline", "--config", cfg)
 		cmd.Env = env
 		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "config ok") {

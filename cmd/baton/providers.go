@@ -2,65 +2,119 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sync"
 
 	"github.com/baton-proxy/baton/gateway"
+	"github.com/baton-proxy/baton/ingress"
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/supervisor"
 	"go.uber.org/zap"
 )
 
-// gatewaySink serves the Gateway API controller's results through the
-// supervisor, which learns no Gateway API: the routing goes to the
-// workers as an opaque payload (at once, no generation), and the
-// Gateways' listeners join the config's (loadSupervisorConfig merges
-// them) and go live by a handoff when they change.
-type gatewaySink struct {
+// providerSink serves the route providers' results (the Gateway API
+// controller's, the Ingress controller's) through the supervisor, which
+// learns neither: their routings go to the workers as one opaque payload
+// (at once, no generation), and their listeners join the config's
+// (loadSupervisorConfig merges them) and go live by a handoff when they
+// change.
+type providerSink struct {
 	sup *supervisor.Supervisor
 
-	mu        sync.Mutex // protects listeners
-	listeners []config.Listener
+	serveMu sync.Mutex // serializes serve: one routing, one handoff at a time
+
+	mu        sync.Mutex // protects listeners and routings
+	listeners map[string][]config.Listener
+	routings  map[string]providerRouting
 }
 
-// Serve sends res's routing, then, when the listeners changed, reloads and
-// waits for the handoff: the routing first, so that the new generation's
-// workers have the routes of the listeners they open.
-func (g *gatewaySink) Serve(ctx context.Context, res *gateway.Result) error {
-	if err := g.sup.SetRouting(res.RoutingPayload); err != nil {
-		return fmt.Errorf("gateway routing: %w", err)
+// providerRouting is one provider's routing: its backends, and its rules
+// encoded a line each (config.RoutingPayload).
+type providerRouting struct {
+	backends []config.Backend
+	lines    [][]byte
+}
+
+// Providers, in the order their routings are merged.
+var providers = []string{config.ProviderGateway, config.ProviderIngress}
+
+// serve sends the routing of every provider, provider's replaced by r,
+// then, when provider's listeners changed, reloads and waits for the
+// handoff: the routing first, so that the new generation's workers have
+// the routes of the listeners they open.
+func (p *providerSink) serve(provider string, ls []config.Listener, r providerRouting) error {
+	p.serveMu.Lock()
+	defer p.serveMu.Unlock()
+	p.mu.Lock()
+	if p.routings == nil {
+		p.routings, p.listeners = map[string]providerRouting{}, map[string][]config.Listener{}
 	}
-	ls := gatewayListeners(res)
-	g.mu.Lock()
-	prev := g.listeners
+	p.routings[provider] = r
+	payload := p.payloadLocked()
+	prev := p.listeners[provider]
 	changed := !reflect.DeepEqual(ls, prev)
-	g.listeners = ls // what the reload's config takes (provided)
-	g.mu.Unlock()
+	p.listeners[provider] = ls // what the reload's config takes (provided)
+	p.mu.Unlock()
+	if err := p.sup.SetRouting(payload); err != nil {
+		return fmt.Errorf("%s routing: %w", provider, err)
+	}
 	if !changed {
 		return nil
 	}
-	h := g.sup.Reload("gateway")
+	h := p.sup.Reload(provider)
 	if h.Outcome != supervisor.OutcomeOK {
 		// The running generation serves the listeners it had: so does
-		// the next reload, until a Serve puts these live.
-		g.mu.Lock()
-		g.listeners = prev
-		g.mu.Unlock()
-		return fmt.Errorf("the handoff for the Gateways' listeners: %s: %s", h.Outcome, h.Reason)
+		// the next reload, until a serve puts these live.
+		p.mu.Lock()
+		p.listeners[provider] = prev
+		p.mu.Unlock()
+		return fmt.Errorf("the handoff for the %s listeners: %s: %s", provider, h.Outcome, h.Reason)
 	}
 	return nil
 }
 
-// provided returns the Gateways' listeners, for loadSupervisorConfig.
-func (g *gatewaySink) provided() []config.Listener {
-	if g == nil {
-		return nil
+// payloadLocked merges the providers' routings: their backends (one of a
+// name: the providers name a Service's backend alike) and rules.
+func (p *providerSink) payloadLocked() []byte {
+	var backends []config.Backend
+	var lines [][]byte
+	for _, name := range providers {
+		r := p.routings[name]
+		for _, b := range r.backends {
+			if !slices.ContainsFunc(backends, func(x config.Backend) bool { return x.Name == b.Name }) {
+				backends = append(backends, b)
+			}
+		}
+		lines = append(lines, r.lines...)
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.listeners
+	return config.RoutingPayload(backends, lines)
+}
+
+// provided returns the providers' listeners, for loadSupervisorConfig.
+func (p *providerSink) provided() []config.Listener {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ls []config.Listener
+	for _, name := range providers {
+		ls = append(ls, p.listeners[name]...)
+	}
+	return ls
+}
+
+// gatewaySink is the Gateway API controller's way to the providerSink.
+type gatewaySink struct{ p *providerSink }
+
+// Serve serves res's listeners and routing.
+func (g gatewaySink) Serve(ctx context.Context, res *gateway.Result) error {
+	backends, lines, err := config.RoutingLines(res.RoutingPayload)
+	if err != nil {
+		return fmt.Errorf("gateway routing: %w", err)
+	}
+	return g.p.serve(config.ProviderGateway, gatewayListeners(res), providerRouting{backends, lines})
 }
 
 // gatewayListeners are res's listeners as the config's: a reuseport group
@@ -84,7 +138,7 @@ func gatewayListeners(res *gateway.Result) []config.Listener {
 // startGateway starts the Gateway API controller of cfg's gateway
 // section, serving through sink, until ctx ends; the returned function
 // waits for it.
-func startGateway(ctx context.Context, cfg *config.Config, sink *gatewaySink, log *zap.Logger) (func(), error) {
+func startGateway(ctx context.Context, cfg *config.Config, sink *providerSink, log *zap.Logger) (func(), error) {
 	client, err := gateway.NewClient(cfg.Kubernetes.Kubeconfig, "baton")
 	if err != nil {
 		return nil, err
@@ -97,13 +151,77 @@ func startGateway(ctx context.Context, cfg *config.Config, sink *gatewaySink, lo
 		}
 		pool = append(pool, p)
 	}
-	ctl := gateway.New(client, gateway.Options{ControllerName: cfg.Gateway.ControllerName, Addresses: pool}, sink, log)
+	ctl := gateway.New(client, gateway.Options{ControllerName: cfg.Gateway.ControllerName, Addresses: pool}, gatewaySink{sink}, log)
+	return runController(ctx, "gateway controller", ctl.Run, log), nil
+}
+
+// runController runs a controller's run until ctx ends; the returned
+// function waits for it.
+func runController(ctx context.Context, what string, run func(context.Context) error, log *zap.Logger) func() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := ctl.Run(ctx); err != nil {
-			log.Error("gateway controller", zap.Error(err))
+		if err := run(ctx); err != nil {
+			log.Error(what, zap.Error(err))
 		}
 	}()
-	return func() { <-done }, nil
+	return func() { <-done }
+}
+
+// The Ingress controller's listeners.
+const (
+	ingressHTTP  = "ingress/http"
+	ingressHTTPS = "ingress/https"
+)
+
+// ingressSink is the Ingress controller's way to the providerSink: its
+// HTTP listener always, its HTTPS listener once an Ingress has a
+// certificate.
+type ingressSink struct {
+	p   *providerSink
+	cfg *config.Ingress
+}
+
+// Serve serves res's routing, and the listeners with its certificates.
+func (s ingressSink) Serve(ctx context.Context, res *ingress.Result) error {
+	r := res.Routing
+	lines := make([][]byte, 0, len(r.Rules))
+	for i := range r.Rules {
+		line, err := json.Marshal(&r.Rules[i]) // a line of config.RoutingPayload
+		if err != nil {
+			return fmt.Errorf("ingress routing rule %s: %w", r.Rules[i].Name, err)
+		}
+		lines = append(lines, line)
+	}
+	return s.p.serve(config.ProviderIngress, s.listeners(res.Certificates), providerRouting{r.Backends, lines})
+}
+
+func (s ingressSink) listeners(certs []ingress.Certificate) []config.Listener {
+	ls := []config.Listener{{Name: ingressHTTP, Address: s.cfg.Address, Protocol: config.ProtocolHTTP, ReusePort: true, FreeBind: true, Provider: config.ProviderIngress}}
+	if len(certs) == 0 {
+		return ls
+	}
+	l := config.Listener{Name: ingressHTTPS, Address: s.cfg.TLSAddress, Protocol: config.ProtocolHTTP, ReusePort: true, FreeBind: true, Provider: config.ProviderIngress,
+		TLS: &config.ListenerTLS{MinVersion: config.DefaultTLSMinVersion}}
+	for _, c := range certs {
+		l.TLS.Certificates = append(l.TLS.Certificates, config.Certificate{CertPEM: c.CertPEM, KeyPEM: c.KeyPEM})
+	}
+	return append(ls, l)
+}
+
+// startIngress starts the Ingress controller of cfg's ingress section,
+// serving through sink, until ctx ends; the returned function waits for
+// it.
+func startIngress(ctx context.Context, cfg *config.Config, sink *providerSink, log *zap.Logger) (func(), error) {
+	in := cfg.Ingress
+	tls, _ := netip.ParseAddrPort(in.TLSAddress) // validated
+	ctl, err := ingress.New(cfg.Kubernetes.Kubeconfig, ingress.Config{
+		Options:        ingress.Options{HTTPListener: ingressHTTP, HTTPSListener: ingressHTTPS, HTTPSPort: int(tls.Port())},
+		Address:        in.Address,
+		PublishService: in.PublishService,
+	}, ingressSink{sink, in}, log)
+	if err != nil {
+		return nil, err
+	}
+	return runController(ctx, "ingress controller", ctl.Run, log), nil
 }

@@ -67,7 +67,7 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func
 	// The next supervisor of an upgrade pings the watchdog as the main
 	// process (after its MAINPID=), not as ours.
 	os.Unsetenv("WATCHDOG_PID")
-	gw := &gatewaySink{} // its supervisor is set once there is one
+	providers := &providerSink{} // its supervisor is set once there is one
 	sup, err := supervisor.New(supervisor.Options{
 		Notify: func(assignments ...string) {
 			if err := notifier.Notify(assignments...); err != nil {
@@ -75,7 +75,7 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func
 			}
 		},
 		WatchdogInterval: watchdog,
-		Load:             func() (*supervisor.Config, error) { return loadSupervisorConfig(path, gw.provided()) },
+		Load:             func() (*supervisor.Config, error) { return loadSupervisorConfig(path, providers.provided()) },
 		Env:              []string{"BATON_LOG_FORMAT=" + c.String("log-format"), "BATON_LOG_LEVEL=" + c.String("log-level")},
 		Logger:           log,
 		LogDropped:       logDropped,
@@ -91,21 +91,32 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func
 		return err
 	}
 	defer stopMetrics()
-	if cfg, err := config.Load(path); err == nil && cfg.Gateway != nil {
-		// The Gateway API's controller, beside the supervisor (one per
-		// replica): it ends with the supervisor.
-		gw.sup = sup
-		gctx, cancel := context.WithCancel(context.Background())
-		wait, err := startGateway(gctx, cfg, gw, log)
-		if err != nil {
-			cancel()
-			return fmt.Errorf("gateway: %w", err)
-		}
-		defer wait()
+	if cfg, err := config.Load(path); err == nil && (cfg.Gateway != nil || cfg.Ingress != nil) {
+		// The route providers' controllers, beside the supervisor (one
+		// per replica): they end with the supervisor.
+		providers.sup = sup
+		pctx, cancel := context.WithCancel(context.Background())
 		go func() {
 			<-sup.Done()
 			cancel()
 		}()
+		for _, p := range []struct {
+			on    bool
+			name  string
+			start func(context.Context, *config.Config, *providerSink, *zap.Logger) (func(), error)
+		}{{cfg.Gateway != nil, "gateway", startGateway}, {cfg.Ingress != nil, "ingress", startIngress}} {
+			if !p.on {
+				continue
+			}
+			wait, err := p.start(pctx, cfg, providers, log)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			defer func() { // by then the supervisor is done, or never ran
+				cancel()
+				wait()
+			}()
+		}
 	}
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)

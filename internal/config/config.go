@@ -107,6 +107,11 @@ type Config struct {
 	// Gateways of its GatewayClasses are served, their HTTPRoutes routed.
 	// A config with it needs no listeners, backends or routes of its own.
 	Gateway *Gateway `json:"gateway,omitempty"`
+	// Ingress, when set, makes baton an Ingress controller: the Ingresses
+	// of its IngressClasses are served on Ingress.Address and
+	// Ingress.TLSAddress. A config with it needs no listeners, backends or
+	// routes of its own.
+	Ingress *Ingress `json:"ingress,omitempty"`
 	// Metrics is the supervisor's Prometheus endpoint.
 	Metrics Metrics `json:"metrics"`
 	// AccessLog, when its path is set, logs every request.
@@ -242,6 +247,30 @@ type Gateway struct {
 	// bound with IP_FREEBIND: routed to the host is enough.
 	Addresses []string `json:"addresses"`
 }
+
+// Ingress is the Ingress controller's section.
+type Ingress struct {
+	// Address is where Ingress HTTP is served (default 0.0.0.0:80).
+	Address string `json:"address,omitempty"`
+	// TLSAddress is where Ingress HTTPS is served (default 0.0.0.0:443),
+	// with the certificates of the Ingresses' TLS Secrets.
+	TLSAddress string `json:"tlsAddress,omitempty"`
+	// PublishService is the namespace/name of the Service that fronts
+	// baton: its address goes to the Ingresses' status when Address is
+	// unspecified (0.0.0.0 or ::).
+	PublishService string `json:"publishService,omitempty"`
+}
+
+// Ingress defaults, and the IngressClass spec.controller baton answers
+// to.
+const (
+	DefaultIngressAddress    = "0.0.0.0:80"
+	DefaultIngressTLSAddress = "0.0.0.0:443"
+	DefaultIngressController = "baton-proxy.github.io/ingress-controller"
+)
+
+// ProviderIngress is the Provider of the Ingress controller's listeners.
+const ProviderIngress = "ingress"
 
 // DefaultGatewayController is the Gateway API controllerName baton
 // answers to.
@@ -630,6 +659,14 @@ func (c *Config) setDefaults() {
 	}
 	if c.Gateway != nil && c.Gateway.ControllerName == "" {
 		c.Gateway.ControllerName = DefaultGatewayController
+	}
+	if in := c.Ingress; in != nil {
+		if in.Address == "" {
+			in.Address = DefaultIngressAddress
+		}
+		if in.TLSAddress == "" {
+			in.TLSAddress = DefaultIngressTLSAddress
+		}
 	}
 	setDuration(&c.ReadyTimeout, DefaultReadyTimeout)
 	setDuration(&c.DrainTimeout, DefaultDrainTimeout)

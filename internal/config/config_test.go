@@ -69,6 +69,22 @@ routes:
 	}
 }
 
+// The ingress section's contract (issue 22): `ingress: {}` serves on
+// 0.0.0.0:80 and 0.0.0.0:443 and needs no listeners of its own.
+func TestIngressDefaults(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse([]byte("kubernetes: {kubeconfig: " + kc + "}\ningress: {}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Ingress.Address != "0.0.0.0:80" || c.Ingress.TLSAddress != "0.0.0.0:443" || c.Ingress.PublishService != "" {
+		t.Errorf("ingress: %+v", c.Ingress)
+	}
+}
+
 func TestRejects(t *testing.T) {
 	for _, tt := range []struct {
 		name, yaml, want string
@@ -113,6 +129,9 @@ func TestRejects(t *testing.T) {
 		{"relative control socket", minimal + "controlSocket: run/ctl.sock\n", "absolute"},
 		{"bad trusted proxy", minimal + "trustedProxies: [10.0.0.0/8, proxy.example]\n", `"proxy.example" is not a CIDR`},
 		{"grace over drain", minimal + "drainTimeout: 1s\nhttp:\n  drainIdleGrace: 2s\n", "shorter than drainTimeout"},
+		{"ingress bad address", "kubernetes: {kubeconfig: /k}\ningress: {address: nohost}\n", `ingress.address: "nohost" is not an IP address and port`},
+		{"ingress one address twice", "kubernetes: {kubeconfig: /k}\ningress: {address: \"0.0.0.0:80\", tlsAddress: \"0.0.0.0:80\"}\n", "address and tlsAddress are both"},
+		{"ingress bad publishService", "kubernetes: {kubeconfig: /k}\ningress: {publishService: baton}\n", `ingress.publishService: "baton" is not namespace/name`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse([]byte(tt.yaml))

@@ -90,8 +90,26 @@ func (c *Config) validate(offline bool) error {
 
 	listeners := make(map[string]*Listener)
 	addresses := make(map[string]string)
-	if len(c.Listeners) == 0 && c.Gateway == nil {
+	if len(c.Listeners) == 0 && c.Gateway == nil && c.Ingress == nil {
 		bad("no listeners")
+	}
+	if in := c.Ingress; in != nil {
+		for _, a := range []struct{ key, v string }{{"ingress.address", in.Address}, {"ingress.tlsAddress", in.TLSAddress}} {
+			if _, err := netip.ParseAddrPort(a.v); err != nil {
+				bad("%s: %q is not an IP address and port", a.key, a.v)
+			}
+		}
+		if in.Address == in.TLSAddress {
+			bad("ingress: address and tlsAddress are both %q", in.Address)
+		}
+		if ps := in.PublishService; ps != "" {
+			if ns, name, ok := strings.Cut(ps, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+				bad("ingress.publishService: %q is not namespace/name", ps)
+			}
+		}
+		if c.Kubernetes.Kubeconfig == "" && !defaultKubeconfig() && !offline {
+			bad("ingress: there is no way to reach an API server: not in a pod, no $KUBECONFIG, no ~/.kube/config; set kubernetes.kubeconfig (or baton check --offline to lint it elsewhere)")
+		}
 	}
 	if g := c.Gateway; g != nil {
 		if len(g.Addresses) == 0 {

@@ -80,6 +80,25 @@ func RESTClient(cfg *rest.Config, codecs serializer.CodecFactory, apiPath string
 	return rest.RESTClientFor(c)
 }
 
+// ListWatchAll lists and watches resource in every namespace through rc,
+// narrowed by fieldSelector (none when empty), decoding lists into what
+// newList makes.
+func ListWatchAll(rc *rest.RESTClient, params runtime.ParameterCodec, resource, fieldSelector string, newList func() runtime.Object) cache.ListerWatcher {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = fieldSelector
+			out := newList()
+			err := rc.Get().Resource(resource).VersionedParams(&opts, params).Do(ctx).Into(out)
+			return out, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.Watch = true
+			opts.FieldSelector = fieldSelector
+			return rc.Get().Resource(resource).VersionedParams(&opts, params).Watch(ctx)
+		},
+	}
+}
+
 func newClient(cfg *rest.Config) (*Client, error) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme} {

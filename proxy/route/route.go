@@ -31,6 +31,10 @@ type Rule[B any] struct {
 	// for any host under suffix (not suffix itself). None: any host.
 	// They match case-insensitively, without port or trailing dot.
 	Hostnames []string `json:",omitzero"`
+	// OneLabel makes a "*.suffix" of Hostnames take one label only
+	// ("*.foo.com" takes "bar.foo.com", not "baz.bar.foo.com": Ingress's
+	// rule); without it, any number (the Gateway API's).
+	OneLabel bool `json:",omitzero"`
 	// Matches: the rule takes a request that satisfies any one of them;
 	// none is a PathPrefix match of "/", which takes every request.
 	Matches []Match `json:",omitzero"`
@@ -217,7 +221,7 @@ type Timeouts struct {
 // mirror it does not know is left out.
 func Resolve[A, B any](r Rule[A], find func(A) (B, bool)) Rule[B] {
 	out := Rule[B]{
-		Name: r.Name, Listener: r.Listener, Hostnames: r.Hostnames, Matches: r.Matches,
+		Name: r.Name, Listener: r.Listener, Hostnames: r.Hostnames, OneLabel: r.OneLabel, Matches: r.Matches,
 		MaxBodySize: r.MaxBodySize, BufferRequestBody: r.BufferRequestBody, Order: r.Order, Timeouts: r.Timeouts,
 		Filters: Filters[B]{RequestHeaders: r.Filters.RequestHeaders, ResponseHeaders: r.Filters.ResponseHeaders, Redirect: r.Filters.Redirect, Rewrite: r.Filters.Rewrite},
 	}

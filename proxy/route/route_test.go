@@ -396,3 +396,23 @@ func TestBuildKeepsUnchangedHosts(t *testing.T) {
 		}
 	}
 }
+
+// A wildcard of one label (Ingress: "*.foo.com" matches "bar.foo.com",
+// not "baz.bar.foo.com", networking.k8s.io/v1 IngressRule.Host) beside
+// the Gateway API's of any number of labels (HTTPRoute hostnames).
+func TestOneLabelWildcard(t *testing.T) {
+	one := rule("one", []string{"*.foo.com"})
+	one.OneLabel = true
+	tb := compile(t, one, rule("any", []string{"*.bar.com"}))
+	for _, tt := range []struct{ host, want string }{
+		{"a.foo.com", "one"},
+		{"a.b.foo.com", "404"},
+		{"foo.com", "404"},
+		{"a.bar.com", "any"},
+		{"a.b.bar.com", "any"},
+	} {
+		if got := matched(tb, req("GET", tt.host+"/")); got != tt.want {
+			t.Errorf("%s: %s, want %s", tt.host, got, tt.want)
+		}
+	}
+}

@@ -28,8 +28,9 @@ type hostTable[B any] struct {
 }
 
 type wildcard[B any] struct {
-	suffix string // ".example.com" for "*.example.com"
-	group  *group[B]
+	suffix   string // ".example.com" for "*.example.com"
+	oneLabel bool   // it takes hosts of one label more only (Rule.OneLabel)
+	group    *group[B]
 }
 
 // group is the entries of one host, in precedence order, indexed by the
@@ -217,7 +218,7 @@ func Build[B any](ps []*Prepared[B], prev *Table[B]) *Table[B] {
 			case h == "":
 				ht.any.from = append(ht.any.from, p)
 			case strings.HasPrefix(h, "*."):
-				g := ht.wildcardGroup(h[1:], true)
+				g := ht.wildcardGroup(h[1:], c.OneLabel, true)
 				g.from = append(g.from, p)
 			default:
 				g := ht.exact[h]
@@ -244,7 +245,7 @@ func Build[B any](ps []*Prepared[B], prev *Table[B]) *Table[B] {
 		for i, w := range ht.wildcards {
 			var was *group[B]
 			if old != nil {
-				was = old.wildcardGroup(w.suffix, false)
+				was = old.wildcardGroup(w.suffix, w.oneLabel, false)
 			}
 			ht.wildcards[i].group = w.group.build(was)
 		}
@@ -283,11 +284,11 @@ func (g *group[B]) build(prev *group[B]) *group[B] {
 	return g
 }
 
-// wildcardGroup returns the group of the wildcard suffix; when there is
-// none, a new one if create, or else nil.
-func (ht *hostTable[B]) wildcardGroup(suffix string, create bool) *group[B] {
+// wildcardGroup returns the group of the wildcard suffix (of one label
+// only, or any); when there is none, a new one if create, or else nil.
+func (ht *hostTable[B]) wildcardGroup(suffix string, oneLabel, create bool) *group[B] {
 	for _, w := range ht.wildcards {
-		if w.suffix == suffix {
+		if w.suffix == suffix && w.oneLabel == oneLabel {
 			return w.group
 		}
 	}
@@ -295,7 +296,7 @@ func (ht *hostTable[B]) wildcardGroup(suffix string, create bool) *group[B] {
 		return nil
 	}
 	g := &group[B]{}
-	ht.wildcards = append(ht.wildcards, wildcard[B]{suffix: suffix, group: g})
+	ht.wildcards = append(ht.wildcards, wildcard[B]{suffix: suffix, oneLabel: oneLabel, group: g})
 	return g
 }
 
@@ -471,7 +472,7 @@ func (t *Table[B]) Match(listener string, req *Request) (*Compiled[B], *PathMatc
 		}
 	}
 	for _, w := range ht.wildcards {
-		if len(host) > len(w.suffix) && string(host[len(host)-len(w.suffix):]) == w.suffix {
+		if n := len(host) - len(w.suffix); n > 0 && string(host[n:]) == w.suffix && (!w.oneLabel || indexByte(host[:n], '.') < 0) {
 			if e := w.group.first(req); e != nil {
 				return e.rule, &e.path
 			}

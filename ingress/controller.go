@@ -1,0 +1,238 @@
+package ingress
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/baton-proxy/baton/proxy/kube"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Sink is what the controller's results go to: baton's supervisor, in
+// `baton run`.
+type Sink interface {
+	// Serve makes baton serve res (its routing at once; its certificates,
+	// by a handoff when they changed) and returns once it does, or why
+	// not.
+	Serve(ctx context.Context, res *Result) error
+}
+
+// Config is the controller's part of baton's config.
+type Config struct {
+	Options
+	// Address is the HTTP listener's address, for the status;
+	// PublishService the namespace/name of the Service that fronts baton.
+	Address, PublishService string
+}
+
+// Controller watches IngressClasses, Ingresses, Services and TLS Secrets,
+// and hands what baton's Ingresses ask for to a Sink. One goroutine
+// (Run's) translates: informer callbacks only say that something changed,
+// so a burst of changes is one translation.
+type Controller struct {
+	core, net *rest.RESTClient
+	params    runtime.ParameterCodec
+	cfg       Config
+	sink      Sink
+	log       *zap.Logger
+
+	stores map[string]cache.Store
+	infs   []cache.SharedIndexInformer
+	synced []cache.InformerSynced
+	notify chan struct{} // capacity 1
+
+	// Run's goroutine only: what was served and said last.
+	served   *Result
+	problems map[string]string
+}
+
+// resources are what the controller reads.
+var resources = []struct {
+	name    string
+	network bool // networking.k8s.io, else core
+	obj     runtime.Object
+	list    func() runtime.Object
+}{
+	{"ingressclasses", true, &networkingv1.IngressClass{}, func() runtime.Object { return &networkingv1.IngressClassList{} }},
+	{"ingresses", true, &networkingv1.Ingress{}, func() runtime.Object { return &networkingv1.IngressList{} }},
+	{"services", false, &corev1.Service{}, func() runtime.Object { return &corev1.ServiceList{} }},
+	{"secrets", false, &corev1.Secret{}, func() runtime.Object { return &corev1.SecretList{} }},
+}
+
+// New returns a controller on the API server of kubeconfig (in-cluster
+// when empty, as package proxy/kube connects); Run runs it.
+func New(kubeconfig string, cfg Config, sink Sink, log *zap.Logger) (*Controller, error) {
+	rc, err := kube.RESTConfig(kubeconfig, "baton")
+	if err != nil {
+		return nil, err
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, networkingv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, err
+		}
+	}
+	codecs := serializer.NewCodecFactory(scheme)
+	c := &Controller{params: runtime.NewParameterCodec(scheme), cfg: cfg, sink: sink, log: log.Named("ingress"),
+		stores: map[string]cache.Store{}, notify: make(chan struct{}, 1), problems: map[string]string{}}
+	if c.core, err = kube.RESTClient(rc, codecs, "/api", &corev1.SchemeGroupVersion); err != nil {
+		return nil, err
+	}
+	if c.net, err = kube.RESTClient(rc, codecs, "/apis", &networkingv1.SchemeGroupVersion); err != nil {
+		return nil, err
+	}
+	for _, r := range resources {
+		inf := cache.NewSharedIndexInformer(c.listWatch(r.name, r.network, r.list), r.obj, 0, cache.Indexers{})
+		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { c.changed() },
+			UpdateFunc: func(any, any) { c.changed() },
+			DeleteFunc: func(any) { c.changed() },
+		})
+		c.stores[r.name] = inf.GetStore()
+		c.infs = append(c.infs, inf)
+		c.synced = append(c.synced, inf.HasSynced)
+	}
+	return c, nil
+}
+
+// listWatch lists and watches a resource in every namespace: of Secrets,
+// only those of type kubernetes.io/tls, so that baton holds no other
+// Secret of the cluster.
+func (c *Controller) listWatch(resource string, network bool, newList func() runtime.Object) cache.ListerWatcher {
+	rc := c.core
+	if network {
+		rc = c.net
+	}
+	selector := ""
+	if resource == "secrets" {
+		selector = "type=" + string(corev1.SecretTypeTLS)
+	}
+	return kube.ListWatchAll(rc, c.params, resource, selector, newList)
+}
+
+func (c *Controller) changed() {
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Run watches until ctx ends: it serves a first result once the caches
+// synced, then one after every change that changes it, and writes the
+// statuses that changed.
+func (c *Controller) Run(ctx context.Context) error {
+	var running sync.WaitGroup
+	defer running.Wait()
+	for _, inf := range c.infs {
+		running.Go(func() { inf.RunWithContext(ctx) })
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("ingress: caches did not sync: %w", ctx.Err())
+	}
+	c.changed()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.notify:
+			c.reconcile(ctx)
+		}
+	}
+}
+
+// reconcile translates what the caches hold, serves it when it changed,
+// says what could not be served, and writes the statuses.
+func (c *Controller) reconcile(ctx context.Context) {
+	start := time.Now()
+	s := c.snapshot()
+	res := Translate(s, c.cfg.Options)
+	if c.served == nil || !reflect.DeepEqual(res.Routing, c.served.Routing) || !reflect.DeepEqual(res.Certificates, c.served.Certificates) {
+		if err := c.sink.Serve(ctx, res); err != nil {
+			c.log.Warn("serving the Ingresses", zap.Error(err))
+			// Served again after the next change, or in a moment.
+			time.AfterFunc(time.Second, c.changed)
+		} else {
+			c.served = res
+		}
+	}
+	c.sayProblems(res)
+	c.writeStatuses(ctx, s, res)
+	c.log.Debug("reconciled", zap.Duration("took", time.Since(start)), zap.Int("ingresses", len(res.Ours)), zap.Int("rules", len(res.Routing.Rules)))
+}
+
+// sayProblems logs what of each Ingress could not be served, once per
+// change of it.
+func (c *Controller) sayProblems(res *Result) {
+	for key, ps := range res.Problems {
+		said := strings.Join(ps, "; ")
+		if c.problems[key] == said {
+			continue
+		}
+		c.problems[key] = said
+		c.log.Warn("ingress served in part", zap.String("ingress", key), zap.Strings("problems", ps))
+	}
+	for key := range c.problems {
+		if _, ok := res.Problems[key]; !ok {
+			delete(c.problems, key)
+		}
+	}
+}
+
+// writeStatuses writes status.loadBalancer of baton's Ingresses whose
+// status differs from the address baton serves them on.
+func (c *Controller) writeStatuses(ctx context.Context, s *Snapshot, res *Result) {
+	var publish *corev1.Service
+	if c.cfg.PublishService != "" {
+		publish = s.Services[c.cfg.PublishService]
+	}
+	want := StatusAddress(c.cfg.Address, publish)
+	for _, key := range res.Ours {
+		obj, ok, _ := c.stores["ingresses"].GetByKey(key)
+		if !ok {
+			continue
+		}
+		ing := obj.(*networkingv1.Ingress)
+		if slices.EqualFunc(ing.Status.LoadBalancer.Ingress, want, func(a, b networkingv1.IngressLoadBalancerIngress) bool { return reflect.DeepEqual(a, b) }) {
+			continue
+		}
+		up := ing.DeepCopy()
+		up.Status.LoadBalancer.Ingress = want
+		err := c.net.Put().Namespace(up.Namespace).Resource("ingresses").Name(up.Name).SubResource("status").Body(up).Do(ctx).Error()
+		if err != nil {
+			// A conflict: the Ingress changed since, and its event
+			// brings another pass.
+			c.log.Debug("ingress status", zap.String("ingress", key), zap.Error(err))
+		}
+	}
+}
+
+// snapshot copies what the caches hold.
+func (c *Controller) snapshot() *Snapshot {
+	s := &Snapshot{Services: map[string]*corev1.Service{}, Secrets: map[string]*corev1.Secret{}}
+	for _, o := range c.stores["ingressclasses"].List() {
+		s.Classes = append(s.Classes, *o.(*networkingv1.IngressClass))
+	}
+	for _, o := range c.stores["ingresses"].List() {
+		s.Ingresses = append(s.Ingresses, *o.(*networkingv1.Ingress))
+	}
+	for _, o := range c.stores["services"].List() {
+		svc := o.(*corev1.Service)
+		s.Services[svc.Namespace+"/"+svc.Name] = svc
+	}
+	for _, o := range c.stores["secrets"].List() {
+		sec := o.(*corev1.Secret)
+		s.Secrets[sec.Namespace+"/"+sec.Name] = sec
+	}
+	return s
+}
