@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
@@ -52,9 +53,11 @@ type Controller struct {
 	synced []cache.InformerSynced
 	notify chan struct{} // capacity 1
 
-	// Run's goroutine only: what was served and said last.
+	// Run's goroutine only: what was served and said last, and the last
+	// translation's good versions of the Ingresses.
 	served   *Result
 	problems map[string]string
+	good     map[string]*Translation
 }
 
 // resources are what the controller reads.
@@ -157,6 +160,7 @@ func (c *Controller) reconcile(ctx context.Context) {
 	start := time.Now()
 	s := c.snapshot()
 	res := Translate(s, c.cfg.Options)
+	c.good = res.Good
 	if c.served == nil || !reflect.DeepEqual(res.Routing, c.served.Routing) || !reflect.DeepEqual(res.Certificates, c.served.Certificates) {
 		if err := c.sink.Serve(ctx, res); err != nil {
 			c.log.Warn("serving the Ingresses", zap.Error(err))
@@ -166,27 +170,56 @@ func (c *Controller) reconcile(ctx context.Context) {
 			c.served = res
 		}
 	}
-	c.sayProblems(res)
+	c.sayProblems(ctx, res)
 	c.writeStatuses(ctx, s, res)
 	c.log.Debug("reconciled", zap.Duration("took", time.Since(start)), zap.Int("ingresses", len(res.Ours)), zap.Int("rules", len(res.Routing.Rules)))
 }
 
-// sayProblems logs what of each Ingress could not be served, once per
-// change of it.
-func (c *Controller) sayProblems(res *Result) {
+// sayProblems says what of each Ingress could not be served, once per
+// change of it: a log line, and a Warning Event on the Ingress for each
+// problem (kubectl describe ingress shows them).
+func (c *Controller) sayProblems(ctx context.Context, res *Result) {
 	for key, ps := range res.Problems {
-		said := strings.Join(ps, "; ")
+		var msgs []string
+		for _, p := range ps {
+			msgs = append(msgs, p.Message)
+		}
+		said := strings.Join(msgs, "; ")
 		if c.problems[key] == said {
 			continue
 		}
 		c.problems[key] = said
-		c.log.Warn("ingress served in part", zap.String("ingress", key), zap.Strings("problems", ps))
+		c.log.Warn("ingress served in part", zap.String("ingress", key), zap.Strings("problems", msgs))
+		obj, ok, _ := c.stores["ingresses"].GetByKey(key)
+		if !ok {
+			continue
+		}
+		ing := obj.(*networkingv1.Ingress)
+		for _, p := range ps {
+			if err := c.event(ctx, ing, p); err != nil {
+				c.log.Warn("ingress event", zap.String("ingress", key), zap.Error(err))
+			}
+		}
 	}
 	for key := range c.problems {
 		if _, ok := res.Problems[key]; !ok {
 			delete(c.problems, key)
 		}
 	}
+}
+
+// event writes a Warning Event about ing.
+func (c *Controller) event(ctx context.Context, ing *networkingv1.Ingress, p Problem) error {
+	now := metav1.NewTime(time.Now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ing.Namespace, GenerateName: ing.Name + "."},
+		InvolvedObject: corev1.ObjectReference{Kind: "Ingress", APIVersion: networkingv1.SchemeGroupVersion.String(), Namespace: ing.Namespace,
+			Name: ing.Name, UID: ing.UID, ResourceVersion: ing.ResourceVersion},
+		Reason: p.Reason, Message: p.Message, Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "baton-ingress"},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	return c.core.Post().Namespace(ing.Namespace).Resource("events").Body(ev).Do(ctx).Error()
 }
 
 // writeStatuses writes status.loadBalancer of baton's Ingresses whose
@@ -219,7 +252,7 @@ func (c *Controller) writeStatuses(ctx context.Context, s *Snapshot, res *Result
 
 // snapshot copies what the caches hold.
 func (c *Controller) snapshot() *Snapshot {
-	s := &Snapshot{Services: map[string]*corev1.Service{}, Secrets: map[string]*corev1.Secret{}}
+	s := &Snapshot{Services: map[string]*corev1.Service{}, Secrets: map[string]*corev1.Secret{}, Good: c.good}
 	for _, o := range c.stores["ingressclasses"].List() {
 		s.Classes = append(s.Classes, *o.(*networkingv1.IngressClass))
 	}

@@ -11,7 +11,9 @@ import (
 	"cmp"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,6 +54,17 @@ type Snapshot struct {
 	// Services and Secrets by "namespace/name".
 	Services map[string]*corev1.Service
 	Secrets  map[string]*corev1.Secret
+	// Good are the last Result's: an Ingress refused (a value that does
+	// not parse) serves its last good version.
+	Good map[string]*Translation
+}
+
+// Translation is what one Ingress became: its rules, the backends they
+// name, its certificates.
+type Translation struct {
+	rules    []route.Rule[string]
+	backends []config.Backend
+	certs    []Certificate
 }
 
 // Options are the controller's settings (the config's ingress section).
@@ -75,8 +88,20 @@ type Result struct {
 	Ours []string
 	// Problems are what could not be served as asked, by Ingress: each
 	// said once per change (a log line, an Event).
-	Problems map[string][]string
+	Problems map[string][]Problem
+	// Good are the Ingresses' translations, for the next Snapshot.
+	Good map[string]*Translation
 }
+
+// Problem is one thing of an Ingress not served as asked: Reason is an
+// Event's (NotImplemented, Invalid, Refused), Message says what.
+type Problem struct{ Reason, Message string }
+
+// Problem reasons.
+const (
+	ReasonNotImplemented = "NotImplemented"
+	ReasonInvalid        = "Invalid"
+)
 
 // Certificate is a certificate chain and its key, PEM, and the Secret it
 // came from.
@@ -87,8 +112,8 @@ type Certificate struct {
 
 // Translate turns a snapshot into what baton serves.
 func Translate(s *Snapshot, opts Options) *Result {
-	res := &Result{Problems: map[string][]string{}}
-	t := &translator{s: s, opts: opts, res: res, backends: map[string]bool{}, secrets: map[string]bool{}}
+	res := &Result{Problems: map[string][]Problem{}, Good: map[string]*Translation{}}
+	t := &translator{s: s, opts: opts, res: res, backends: map[string]bool{}, secrets: map[string]bool{}, canaries: map[string]*canary{}}
 	classes := ourClasses(s.Classes)
 	ings := slices.Clone(s.Ingresses)
 	slices.SortFunc(ings, func(a, b networkingv1.Ingress) int {
@@ -97,15 +122,69 @@ func Translate(s *Snapshot, opts Options) *Result {
 		}
 		return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
+	var mains []*networkingv1.Ingress
+	opt := map[*networkingv1.Ingress]options{}
 	for i := range ings {
 		ing := &ings[i]
 		if !classes.takes(ing) {
 			continue
 		}
-		res.Ours = append(res.Ours, ing.Namespace+"/"+ing.Name)
-		t.ingress(ing)
+		key := ing.Namespace + "/" + ing.Name
+		res.Ours = append(res.Ours, key)
+		o, unknown, err := parseOptions(ing)
+		for _, a := range unknown {
+			t.problem(ing, ReasonNotImplemented, "annotation %s is not implemented by baton: the Ingress is served without it", a)
+		}
+		if err != nil {
+			t.refuse(ing, err)
+			continue
+		}
+		if o.canary {
+			t.addCanary(ing, o)
+			continue
+		}
+		mains = append(mains, ing)
+		opt[ing] = o
+	}
+	for _, ing := range mains {
+		t.ingress(ing, opt[ing])
+	}
+	for _, k := range slices.Sorted(maps.Keys(t.canaries)) {
+		if c := t.canaries[k]; !c.used {
+			t.problem(c.ing, ReasonInvalid, "canary: no main Ingress has the host and path %q: a canary applies to those of its main Ingress only", k)
+		}
 	}
 	return res
+}
+
+// refuse serves the last good version of ing, if there is one, for err.
+func (t *translator) refuse(ing *networkingv1.Ingress, err error) {
+	key := ing.Namespace + "/" + ing.Name
+	good := t.s.Good[key]
+	what := "it is not served"
+	if good != nil {
+		what = "its last good version serves"
+		t.keep(key, good)
+	}
+	t.problem(ing, ReasonInvalid, "%v: %s", err, what)
+}
+
+// keep adds tr, the translation of the Ingress key, to the result.
+func (t *translator) keep(key string, tr *Translation) {
+	t.res.Good[key] = tr
+	t.res.Routing.Rules = append(t.res.Routing.Rules, tr.rules...)
+	for _, b := range tr.backends {
+		if !t.backends[b.Name] {
+			t.backends[b.Name] = true
+			t.res.Routing.Backends = append(t.res.Routing.Backends, b)
+		}
+	}
+	for _, c := range tr.certs {
+		if !t.secrets[c.Secret] {
+			t.secrets[c.Secret] = true
+			t.res.Certificates = append(t.res.Certificates, c)
+		}
+	}
 }
 
 // classes are baton's IngressClasses: their names, and whether one is the
@@ -150,36 +229,61 @@ type translator struct {
 	res      *Result
 	backends map[string]bool // names added to the routing
 	secrets  map[string]bool // Secrets whose certificate is in the result
+	canaries map[string]*canary
+	cur      *Translation // the Ingress being translated
 }
 
 // problem notes what of ing could not be served as asked.
-func (t *translator) problem(ing *networkingv1.Ingress, format string, args ...any) {
+func (t *translator) problem(ing *networkingv1.Ingress, reason, format string, args ...any) {
 	k := ing.Namespace + "/" + ing.Name
-	t.res.Problems[k] = append(t.res.Problems[k], fmt.Sprintf(format, args...))
+	t.res.Problems[k] = append(t.res.Problems[k], Problem{Reason: reason, Message: fmt.Sprintf(format, args...)})
 }
 
-// implemented are the annotations (under nginxPrefix or batonPrefix)
-// that baton serves; any other under those prefixes is said, not ignored
-// in silence.
-var implemented = map[string]bool{"service-upstream": true, "ssl-redirect": true, "force-ssl-redirect": true}
+// canary is a canary Ingress (ingress-nginx's canary annotations): it
+// takes a share of the requests of the same host and path of a main
+// Ingress, and those its header or cookie names.
+type canary struct {
+	ing     *networkingv1.Ingress
+	o       options
+	backend string // where its path of that host and path goes
+	used    bool
+}
 
-// ingress adds ing's rules, default backend and certificates.
-func (t *translator) ingress(ing *networkingv1.Ingress) {
+// canaryKey is a host and path that a canary and a main Ingress share.
+func canaryKey(host string, p *networkingv1.HTTPIngressPath) string {
+	return host + " " + string(pathType(p)) + " " + p.Path
+}
+
+// addCanary indexes a canary Ingress's paths, for the main Ingresses of
+// the same host and path; the oldest canary of a path takes it.
+func (t *translator) addCanary(ing *networkingv1.Ingress, o options) {
 	key := ing.Namespace + "/" + ing.Name
-	var unknown []string
-	for a := range ing.Annotations {
-		name, ok := strings.CutPrefix(a, nginxPrefix)
-		if !ok {
-			name, ok = strings.CutPrefix(a, batonPrefix)
+	t.cur = &Translation{}
+	defer func() { t.keep(key, t.cur) }() // its backends (and certificates)
+	for _, tl := range ing.Spec.TLS {
+		t.certificate(ing, tl.SecretName)
+	}
+	for _, rule := range ing.Spec.Rules {
+		if rule.HTTP == nil {
+			continue
 		}
-		if ok && !implemented[name] {
-			unknown = append(unknown, a)
+		for _, p := range rule.HTTP.Paths {
+			k := canaryKey(strings.ToLower(rule.Host), &p)
+			if t.canaries[k] != nil {
+				continue
+			}
+			if name, ok := t.backend(ing, &p.Backend, o); ok {
+				t.canaries[k] = &canary{ing: ing, o: o, backend: name}
+			}
 		}
 	}
-	slices.Sort(unknown)
-	for _, a := range unknown {
-		t.problem(ing, "annotation %s is not implemented by baton: the Ingress is served without it", a)
-	}
+}
+
+// ingress adds ing's rules, default backend and certificates, as its
+// options ask.
+func (t *translator) ingress(ing *networkingv1.Ingress, o options) {
+	key := ing.Namespace + "/" + ing.Name
+	t.cur = &Translation{}
 	tlsHosts := map[string]bool{}
 	for _, tl := range ing.Spec.TLS {
 		for _, h := range tl.Hosts {
@@ -190,15 +294,14 @@ func (t *translator) ingress(ing *networkingv1.Ingress) {
 	// A host with TLS is redirected from HTTP to HTTPS (ingress-nginx's
 	// ssl-redirect, on unless "false"; 308 keeps the method and body);
 	// force-ssl-redirect redirects every host of ing.
-	force := annotation(ing, "force-ssl-redirect") == "true"
 	redirects := func(host string) bool {
 		if t.opts.HTTPSListener == "" {
 			return false
 		}
-		return force || tlsHosts[host] && annotation(ing, "ssl-redirect") != "false"
+		return o.forceSSLRedirect || tlsHosts[host] && o.sslRedirect
 	}
 	order := 0
-	add := func(name, host string, m route.Match, backend string) {
+	add := func(name, host string, m route.Match, backends []route.Backend[string], redirect *route.Redirect) {
 		for _, listener := range []string{t.opts.HTTPListener, t.opts.HTTPSListener} {
 			if listener == "" {
 				continue
@@ -208,45 +311,124 @@ func (t *translator) ingress(ing *networkingv1.Ingress) {
 				Listener: listener,
 				Matches:  []route.Match{m},
 				Order:    route.Order{Created: ing.CreationTimestamp.Time, Route: key, Index: order},
-				Backends: []route.Backend[string]{{Target: backend, Weight: 1}},
+				Backends: backends,
 			}
 			if host != "" {
 				r.Hostnames, r.OneLabel = []string{host}, true // "*.foo.com" takes one label
 			}
-			if listener == t.opts.HTTPListener && redirects(host) {
+			if o.bodySize >= 0 {
+				r.MaxBodySize = o.bodySize
+			}
+			r.Access = o.access
+			switch {
+			case listener == t.opts.HTTPListener && redirects(host):
 				r.Backends = nil
 				r.Filters.Redirect = &route.Redirect{Scheme: "https", StatusCode: 308}
 				if t.opts.HTTPSPort != 443 {
 					r.Filters.Redirect.Port = t.opts.HTTPSPort
 				}
+			case redirect != nil:
+				r.Backends, r.Filters.Redirect = nil, redirect
+			default:
+				o.filters(&r)
 			}
-			t.res.Routing.Rules = append(t.res.Routing.Rules, r)
+			t.cur.rules = append(t.cur.rules, r)
 		}
 		order++
 	}
+	var redirect *route.Redirect
+	if u := o.redirectURL; u != nil {
+		redirect = &route.Redirect{Scheme: u.Scheme, Hostname: u.Hostname(), StatusCode: o.redirectCode,
+			Path: &route.PathModifier{Value: cmp.Or(u.EscapedPath(), "/")}}
+		if p := u.Port(); p != "" {
+			redirect.Port, _ = strconv.Atoi(p)
+		}
+	}
+	to := func(name string) []route.Backend[string] { return []route.Backend[string]{{Target: name, Weight: 1}} }
 	if db := ing.Spec.DefaultBackend; db != nil {
-		if name, ok := t.backend(ing, db); ok {
-			add("default backend", "", route.Match{Path: route.PathMatch{Type: route.PathPrefix, Value: "/"}}, name)
+		if name, ok := t.backend(ing, db, o); ok {
+			add("default backend", "", route.Match{Path: route.PathMatch{Type: route.PathPrefix, Value: "/"}}, to(name), redirect)
 		}
 	}
 	for ri, rule := range ing.Spec.Rules {
 		host := strings.ToLower(rule.Host)
+		if o.appRoot != "" {
+			// ingress-nginx's app-root: "/" alone is sent (302) there.
+			add(fmt.Sprintf("rule %d app-root", ri), host, route.Match{Path: route.PathMatch{Type: route.PathExact, Value: "/"}}, nil,
+				&route.Redirect{Path: &route.PathModifier{Value: o.appRoot}, StatusCode: 302})
+		}
 		if rule.HTTP == nil {
 			continue
 		}
 		for pi, p := range rule.HTTP.Paths {
 			m, ok := pathMatch(&p)
 			if !ok {
-				t.problem(ing, "rule %d path %d: path %q (type %s) is not a path baton can match", ri, pi, p.Path, pathType(&p))
+				t.problem(ing, ReasonInvalid, "rule %d path %d: path %q (type %s) is not a path baton can match", ri, pi, p.Path, pathType(&p))
 				continue
 			}
-			name, ok := t.backend(ing, &p.Backend)
+			if o.regex() && pathType(&p) != networkingv1.PathTypeExact {
+				v, err := regexPath(p.Path)
+				if err != nil {
+					t.refuse(ing, fmt.Errorf("rule %d path %d: %w", ri, pi, err))
+					return
+				}
+				m.Path = route.PathMatch{Type: route.PathRegex, Value: v}
+			}
+			name, ok := t.backend(ing, &p.Backend, o)
 			if !ok {
 				continue
 			}
-			add(fmt.Sprintf("rule %d path %d", ri, pi), host, m, name)
+			what := fmt.Sprintf("rule %d path %d", ri, pi)
+			c := t.canaries[canaryKey(host, &p)]
+			if c == nil || redirect != nil {
+				add(what, host, m, to(name), redirect)
+				continue
+			}
+			// The canary's header, then its cookie ("always" to it,
+			// "never" to the main backend), then its weight: ingress-nginx's
+			// order.
+			c.used = true
+			if h := c.o.canaryHeader; h != "" {
+				if v := c.o.canaryHeaderValue; v != "" {
+					add(what+" canary header", host, withHeader(m, h, v, false), to(c.backend), nil)
+				} else {
+					add(what+" canary header", host, withHeader(m, h, "always", false), to(c.backend), nil)
+					add(what+" canary header never", host, withHeader(m, h, "never", false), to(name), nil)
+				}
+			}
+			if ck := c.o.canaryCookie; ck != "" {
+				add(what+" canary cookie", host, withHeader(m, "cookie", cookieIs(ck, "always"), true), to(c.backend), nil)
+				add(what+" canary cookie never", host, withHeader(m, "cookie", cookieIs(ck, "never"), true), to(name), nil)
+			}
+			add(what, host, m, []route.Backend[string]{{Target: name, Weight: c.o.canaryTotal - c.o.canaryWeight}, {Target: c.backend, Weight: c.o.canaryWeight}}, nil)
 		}
 	}
+	t.keep(key, t.cur)
+}
+
+// filters adds what o asks of the requests a rule forwards.
+func (o *options) filters(r *route.Rule[string]) {
+	if o.rewriteTarget != "" || o.upstreamVhost != "" {
+		r.Filters.Rewrite = &route.Rewrite{Hostname: o.upstreamVhost}
+		if o.rewriteTarget != "" {
+			r.Filters.Rewrite.Path = &route.PathModifier{Regex: true, Value: o.rewriteTarget}
+		}
+	}
+	if o.forwardedPrefix != "" {
+		r.Filters.RequestHeaders = &route.HeaderModifier{Set: []route.Header{{Name: "X-Forwarded-Prefix", Value: o.forwardedPrefix}}}
+	}
+}
+
+// withHeader is m with a header match besides.
+func withHeader(m route.Match, name, value string, regex bool) route.Match {
+	m.Headers = append(slices.Clone(m.Headers), route.ValueMatch{Name: name, Value: value, Regex: regex})
+	return m
+}
+
+// cookieIs is a regular expression of a Cookie field that has cookie name
+// with value.
+func cookieIs(name, value string) string {
+	return `(.*;\s*)?` + regexp.QuoteMeta(name) + `=` + regexp.QuoteMeta(value) + `(\s*;.*)?`
 }
 
 func pathType(p *networkingv1.HTTPIngressPath) networkingv1.PathType {
@@ -277,37 +459,51 @@ func pathMatch(p *networkingv1.HTTPIngressPath) (route.Match, bool) {
 }
 
 // backend resolves an Ingress backend: a Service of ing's namespace, by
-// port number or name. The backend is in the routing whether or not the
+// port number or name, reached as o asks (its ClusterIP, TLS, a sticky
+// cookie, timeouts). The backend is in the routing whether or not the
 // Service exists (the watch finds it when it comes; until then its routes
 // answer 503, as ingress-nginx does).
-func (t *translator) backend(ing *networkingv1.Ingress, b *networkingv1.IngressBackend) (string, bool) {
+func (t *translator) backend(ing *networkingv1.Ingress, b *networkingv1.IngressBackend, o options) (string, bool) {
 	svc := b.Service
 	if svc == nil {
-		t.problem(ing, "backend: only Service backends are served (a resource backend is not)")
+		t.problem(ing, ReasonNotImplemented, "backend: only Service backends are served (a resource backend is not)")
 		return "", false
 	}
 	port := config.Port{Number: svc.Port.Number, Name: svc.Port.Name}
 	if port.Number == 0 && port.Name == "" {
-		t.problem(ing, "backend %s: no port", svc.Name)
+		t.problem(ing, ReasonInvalid, "backend %s: no port", svc.Name)
 		return "", false
 	}
 	portKey := port.Name
 	if port.Number != 0 {
 		portKey = strconv.Itoa(int(port.Number))
 	}
-	mode, suffix := config.ModeEndpoints, ""
-	if upstream(ing) {
-		mode, suffix = config.ModeClusterIP, "/clusterIP"
+	bc := config.Backend{Kubernetes: &config.KubeService{Service: ing.Namespace + "/" + svc.Name, Port: port, Mode: config.ModeEndpoints}}
+	// Named as the Gateway API's backends are (so that a Service both
+	// reach alike is one backend with one pool), and by what the
+	// options change.
+	name := fmt.Sprintf("k8s/%s/%s:%s", ing.Namespace, svc.Name, portKey)
+	if o.upstream {
+		bc.Kubernetes.Mode, name = config.ModeClusterIP, name+"/clusterIP"
 	}
-	// Named as the Gateway API's backends are, so that a Service both
-	// reach is one backend with one pool.
-	name := fmt.Sprintf("k8s/%s/%s:%s%s", ing.Namespace, svc.Name, portKey, suffix)
-	if !t.backends[name] {
-		t.backends[name] = true
-		t.res.Routing.Backends = append(t.res.Routing.Backends, config.Backend{
-			Name:       name,
-			Kubernetes: &config.KubeService{Service: ing.Namespace + "/" + svc.Name, Port: port, Mode: mode},
-		})
+	if o.backendTLS {
+		// ingress-nginx's proxy-ssl-verify is off by default: so here.
+		bc.TLS, name = &config.BackendTLS{InsecureSkipVerify: true}, name+"/https"
+	}
+	if o.affinityCookie != "" && !o.upstream {
+		bc.Balancer, bc.Cookie, name = config.BalancerCookie, o.affinityCookie, name+"/cookie="+o.affinityCookie
+	} else if o.hashHeader != "" && !o.upstream {
+		bc.Balancer, bc.HashHeader, name = config.BalancerHashHeader, o.hashHeader, name+"/hash="+o.hashHeader
+	}
+	if o.connectTimeout > 0 {
+		bc.ConnectTimeout, name = config.Duration(o.connectTimeout), name+"/connect="+o.connectTimeout.String()
+	}
+	if o.readTimeout > 0 {
+		bc.ResponseTimeout, name = config.Duration(o.readTimeout), name+"/read="+o.readTimeout.String()
+	}
+	bc.Name = name
+	if !slices.ContainsFunc(t.cur.backends, func(x config.Backend) bool { return x.Name == name }) {
+		t.cur.backends = append(t.cur.backends, bc)
 	}
 	return name, true
 }
@@ -322,40 +518,27 @@ func upstream(ing *networkingv1.Ingress) bool {
 	return false
 }
 
-// annotation returns the value of an ingress-nginx annotation of ing, by
-// its name under either prefix (baton's first).
-func annotation(ing *networkingv1.Ingress, name string) string {
-	if v, ok := ing.Annotations[batonPrefix+name]; ok {
-		return v
-	}
-	return ing.Annotations[nginxPrefix+name]
-}
-
 // certificate adds the certificate of a TLS Secret of ing's namespace.
 func (t *translator) certificate(ing *networkingv1.Ingress, secret string) {
 	if secret == "" {
 		return // a host served with the default certificate
 	}
 	key := ing.Namespace + "/" + secret
-	if t.secrets[key] {
-		return
-	}
 	sec := t.s.Secrets[key]
 	if sec == nil {
-		t.problem(ing, "tls: Secret %s: not found (or not of type kubernetes.io/tls)", key)
+		t.problem(ing, ReasonInvalid, "tls: Secret %s: not found (or not of type kubernetes.io/tls)", key)
 		return
 	}
 	crt, k := sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey]
 	if len(crt) == 0 || len(k) == 0 {
-		t.problem(ing, "tls: Secret %s: no %s or %s", key, corev1.TLSCertKey, corev1.TLSPrivateKeyKey)
+		t.problem(ing, ReasonInvalid, "tls: Secret %s: no %s or %s", key, corev1.TLSCertKey, corev1.TLSPrivateKeyKey)
 		return
 	}
 	if _, err := tls.X509KeyPair(crt, k); err != nil {
-		t.problem(ing, "tls: Secret %s: %v", key, err)
+		t.problem(ing, ReasonInvalid, "tls: Secret %s: %v", key, err)
 		return
 	}
-	t.secrets[key] = true
-	t.res.Certificates = append(t.res.Certificates, Certificate{Secret: key, CertPEM: crt, KeyPEM: k})
+	t.cur.certs = append(t.cur.certs, Certificate{Secret: key, CertPEM: crt, KeyPEM: k})
 }
 
 // StatusAddress is the address an Ingress's status.loadBalancer gives:

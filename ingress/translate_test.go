@@ -229,10 +229,10 @@ func TestTLS(t *testing.T) {
 			t.Errorf("%s %s: %s, want %s", tt.listener, tt.host, got, tt.want)
 		}
 	}
-	if p := res.Problems["shop/broken"]; len(p) != 1 || !strings.Contains(p[0], "shop/gone: not found") {
+	if p := res.Problems["shop/broken"]; len(p) != 1 || !strings.Contains(p[0].Message, "shop/gone: not found") {
 		t.Errorf("a missing Secret: %v", p)
 	}
-	if p := res.Problems["shop/nokey"]; len(p) != 1 || !strings.Contains(p[0], "shop/bad") {
+	if p := res.Problems["shop/nokey"]; len(p) != 1 || !strings.Contains(p[0].Message, "shop/bad") {
 		t.Errorf("a Secret without a key pair: %v", p)
 	}
 }
@@ -293,7 +293,7 @@ func TestUnimplementedAnnotationsSaid(t *testing.T) {
 	a := ing("a", ptr("baton"), "a.example", path("/", networkingv1.PathTypePrefix, "web"))
 	a.Annotations = map[string]string{nginxPrefix + "configuration-snippet": "more_set_headers x;", nginxPrefix + "ssl-redirect": "false", "example.com/other": "x"}
 	res := Translate(&Snapshot{Classes: []networkingv1.IngressClass{class("baton", ControllerName, false)}, Ingresses: []networkingv1.Ingress{a}}, opts)
-	if p := res.Problems["shop/a"]; len(p) != 1 || !strings.Contains(p[0], "configuration-snippet is not implemented") {
+	if p := res.Problems["shop/a"]; len(p) != 1 || !strings.Contains(p[0].Message, "configuration-snippet is not implemented") {
 		t.Errorf("problems: %v", p)
 	}
 	if got := routeTo(t, res, "http", "a.example", "/"); got != "k8s/shop/web:80" {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -26,11 +27,11 @@ type requestSender interface {
 // into rt, then the endpoints, and prepares the balancer's attempt (sticky
 // cookie, hash header). A status other than 0 is the answer when nothing
 // can serve it: routeRedirect (the rule redirects: rt's location), 404
-// (no rule), 500 (the rule's share of a backend that
+// (no rule), 403 (the rule's Access refuses the client), 500 (the rule's share of a backend that
 // cannot be reached, as the Gateway API asks), 413 (a body over the
 // rule's limit, known from its length), 503 (the backend has no
 // endpoint).
-func (p *Proxy) route(listener string, req *h1.Request, rt *routed, a *attempt, e *accessEntry) (set *endpointSet, status int) {
+func (p *Proxy) route(listener string, client netip.Addr, req *h1.Request, rt *routed, a *attempt, e *accessEntry) (set *endpointSet, status int) {
 	*rt = routed{path: rt.path}
 	r := route.Request{Host: req.Authority, Path: req.MatchPath(), Method: req.Method, Query: req.Query, Fields: req}
 	rule, matched := p.routes.Load().Match(listener, &r)
@@ -38,6 +39,9 @@ func (p *Proxy) route(listener string, req *h1.Request, rt *routed, a *attempt, 
 		return nil, 404
 	}
 	rt.rule, rt.matched = rule, matched
+	if rule.Access != nil && !rule.Access.Allows(client) {
+		return nil, 403
+	}
 	if rule.Filters.Redirect != nil {
 		return nil, routeRedirect
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -40,14 +41,15 @@ const lingerTimeout = 2 * time.Second
 // connection by this one goroutine. The wire format is package h1's: this
 // file decides where requests go and what happens when something fails.
 type h1conn struct {
-	f       *httpFrontend
-	c       net.Conn
-	tls     *tls.Conn // c, when the listener terminates TLS
-	rd      *h1.Reader
-	cw      countWriter // c, counting what was written
-	bw      *bufio.Writer
-	client  []byte // the client's address, for X-Forwarded-For
-	trusted bool   // the client is a trusted proxy (trustedProxies)
+	f        *httpFrontend
+	c        net.Conn
+	tls      *tls.Conn // c, when the listener terminates TLS
+	rd       *h1.Reader
+	cw       countWriter // c, counting what was written
+	bw       *bufio.Writer
+	client   []byte     // the client's address, for X-Forwarded-For
+	clientIP netip.Addr // and parsed, for rules' Access
+	trusted  bool       // the client is a trusted proxy (trustedProxies)
 
 	state   atomic.Int32
 	closeMu sync.Mutex // serialises the drain's closing with the wake-up
@@ -211,10 +213,10 @@ func (hc *h1conn) serveInline(sc *sockConn) (head []byte, done bool, err error) 
 // setClient records the client's address, for X-Forwarded-For and the
 // access log, and whether it is a trusted proxy's.
 func (hc *h1conn) setClient(addr net.Addr) {
-	hc.client, hc.trusted = hc.client[:0], false
+	hc.client, hc.clientIP, hc.trusted = hc.client[:0], netip.Addr{}, false
 	if ta, ok := addr.(*net.TCPAddr); ok {
 		a := ta.AddrPort().Addr().Unmap()
-		hc.client = a.AppendTo(hc.client)
+		hc.client, hc.clientIP = a.AppendTo(hc.client), a
 		hc.trusted = hc.f.p.isTrusted(a)
 	}
 }
@@ -426,7 +428,7 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 	hc.noteRequest()
 	var a attempt
 	rt := &hc.rt
-	set, status := p.route(hc.f.name, req, rt, &a, &hc.entry)
+	set, status := p.route(hc.f.name, hc.clientIP, req, rt, &a, &hc.entry)
 	switch status {
 	case 0:
 	case routeRedirect:
@@ -883,6 +885,7 @@ var statusText = map[int]string{
 	308: "Permanent Redirect",
 	500: "Internal Server Error",
 	400: "Bad Request",
+	403: "Forbidden",
 	404: "Not Found",
 	405: "Method Not Allowed",
 	413: "Content Too Large",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -20,11 +21,12 @@ import (
 // h2client is what the streams of one HTTP/2 connection share: where the
 // connection came from.
 type h2client struct {
-	f       *httpFrontend
-	client  []byte // the client's address, for X-Forwarded-For
-	trusted bool
-	proto   string // "https" over TLS, else "http"
-	port    int    // the port the connection was accepted on
+	f        *httpFrontend
+	client   []byte     // the client's address, for X-Forwarded-For
+	clientIP netip.Addr // and parsed, for rules' Access
+	trusted  bool
+	proto    string // "https" over TLS, else "http"
+	port     int    // the port the connection was accepted on
 	// For the access log.
 	tlsVersion, sni string
 }
@@ -34,7 +36,7 @@ type h2client struct {
 // it with GOAWAY (see httpFrontend.drain).
 func (hc *h1conn) serveH2(c net.Conn) {
 	f := hc.f
-	cl := &h2client{f: f, client: append([]byte(nil), hc.client...), trusted: hc.trusted, proto: "http", port: localPort(c)}
+	cl := &h2client{f: f, client: append([]byte(nil), hc.client...), clientIP: hc.clientIP, trusted: hc.trusted, proto: "http", port: localPort(c)}
 	if hc.tls != nil {
 		cs := hc.tls.ConnectionState()
 		cl.proto, cl.tlsVersion, cl.sni = "https", tlsVersionName(cs.Version), cs.ServerName
@@ -163,7 +165,7 @@ func (x *h2exchange) serve() {
 	e.referer, e.userAgent = req.Field("referer"), req.Field("user-agent")
 	var a attempt
 	rt := &x.rt
-	set, status := p.route(x.cl.f.name, req, rt, &a, e)
+	set, status := p.route(x.cl.f.name, x.cl.clientIP, req, rt, &a, e)
 	switch status {
 	case 0:
 	case routeRedirect:

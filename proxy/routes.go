@@ -73,7 +73,7 @@ func (rt *routed) forwarded(fwd *h1.Forwarded, req *h1.Request) {
 	}
 	if rw := rule.Filters.Rewrite; rw != nil {
 		if rw.Path != nil {
-			rt.path = route.ModifyPath(rt.path[:0], rw.Path, rt.matched.Value, req.Path)
+			rt.path = route.ModifyPath(rt.path[:0], rw.Path, rt.matched.Value, rule.PathRegexp(rt.matched.Value), req.Path)
 			fwd.Path = rt.path
 		}
 		fwd.Authority = rule.RewriteHost
@@ -86,7 +86,7 @@ func (rt *routed) location(dst []byte, req *h1.Request, scheme string, port int)
 	r := rt.rule.Filters.Redirect
 	path := req.Path
 	if r.Path != nil {
-		rt.path = route.ModifyPath(rt.path[:0], r.Path, rt.matched.Value, req.Path)
+		rt.path = route.ModifyPath(rt.path[:0], r.Path, rt.matched.Value, rt.rule.PathRegexp(rt.matched.Value), req.Path)
 		path = rt.path
 	}
 	return r.Location(dst, scheme, req.Authority, port, path, req.Query)

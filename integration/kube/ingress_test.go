@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,5 +139,172 @@ ingress:
 	}
 	if st.ActiveGeneration != gen {
 		t.Errorf("an Ingress change made a handoff: generation %d, then %d", gen, st.ActiveGeneration)
+	}
+}
+
+// The ingress-nginx annotations, end to end (real API server, real
+// binary, real pods), each asserting what a client sees, as
+// docs/user-guide/nginx-configuration/annotations.md of
+// kubernetes/ingress-nginx defines it: rewrite-target with capture
+// groups, permanent-redirect, app-root, upstream-vhost,
+// x-forwarded-prefix, proxy-body-size, canary-by-header, the source
+// ranges; an annotation
+// baton does not implement is an Event on its Ingress, the rest served;
+// an invalid value is an Event too, and the Ingress's last good version
+// serves on. None of it is a handoff.
+func TestIngressAnnotations(t *testing.T) {
+	ctx := context.Background()
+	const addr = "198.18.65.2"
+	if err := addAddr(addr); err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t)
+	createService(t, ns, "app", "")
+	createService(t, ns, "next", "")
+	writeSlice(t, ns, "app", []podState{readyPod(startPod(t, "ann-app", "198.18.3.22"))})
+	writeSlice(t, ns, "next", []podState{readyPod(startPod(t, "ann-next", "198.18.3.23"))})
+	b := startBaton(t, fmt.Sprintf(`controlSocket: "@DIR@/run/control.sock"
+readyTimeout: 20s
+kubernetes:
+  kubeconfig: %s
+ingress:
+  address: %[2]s:80
+  tlsAddress: %[2]s:443
+`, kubeconfig, addr))
+	class := "baton-" + ns
+	if _, err := client.NetworkingV1().IngressClasses().Create(ctx, &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: class},
+		Spec: networkingv1.IngressClassSpec{Controller: ingress.ControllerName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{}) })
+	create := func(name, host, p string, pt networkingv1.PathType, svc string, annotations ...string) {
+		t.Helper()
+		a := map[string]string{}
+		for i := 0; i+1 < len(annotations); i += 2 {
+			a["nginx.ingress.kubernetes.io/"+annotations[i]] = annotations[i+1]
+		}
+		in := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: a}, Spec: networkingv1.IngressSpec{
+			IngressClassName: &class,
+			Rules: []networkingv1.IngressRule{{Host: host, IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
+				Path: p, PathType: &pt, Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: svc, Port: networkingv1.ServiceBackendPort{Number: 80}}},
+			}}}}}},
+		}}
+		if _, err := client.NetworkingV1().Ingresses(ns).Create(ctx, in, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prefix, impl := networkingv1.PathTypePrefix, networkingv1.PathTypeImplementationSpecific
+	create("rewrite", "rw.example", "/something(/|$)(.*)", impl, "app", "rewrite-target", "/$2")
+	create("moved", "moved.example", "/", prefix, "app", "permanent-redirect", "https://www.example.com/landing")
+	create("root", "root.example", "/", prefix, "app", "app-root", "/app1")
+	create("vhost", "vh.example", "/", prefix, "app", "upstream-vhost", "internal.example", "x-forwarded-prefix", "/vh",
+		"proxy-body-size", "1k", "configuration-snippet", "more_set_headers \"X: y\";")
+	create("main", "can.example", "/", prefix, "app")
+	create("canary", "can.example", "/", prefix, "next", "canary", "true", "canary-by-header", "X-Canary")
+	// The client is on 198.18.0.0/15 (the test's addresses).
+	create("denied", "deny.example", "/", prefix, "app", "denylist-source-range", "198.18.0.0/15")
+	create("outside", "allow.example", "/", prefix, "app", "allowlist-source-range", "10.0.0.0/8")
+	create("inside", "allowed.example", "/", prefix, "app", "whitelist-source-range", "10.0.0.0/8,198.18.0.0/15")
+
+	hc := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	do := func(method, host, target string, body string, hdr ...string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://"+addr+target, strings.NewReader(body))
+		req.Host = host
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return &http.Response{StatusCode: 0, Header: http.Header{"Error": {err.Error()}}, Body: http.NoBody}
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	harness.WaitFor(t, 60*time.Second, "every Ingress served", func() bool {
+		return do("GET", "rw.example", "/something/x", "").StatusCode == 200 && do("GET", "can.example", "/", "", "X-Canary", "always").Header.Get("X-Backend") == "ann-next" &&
+			do("GET", "vh.example", "/", "").StatusCode == 200
+	})
+	gen := b.Status().ActiveGeneration
+
+	// rewrite-target: the whole path upstream is the target, $2 the
+	// second group; the query goes along.
+	for target, want := range map[string]string{"/something/new?q=1": "/new?q=1", "/something": "/", "/Something/a/b": "/a/b"} {
+		if got := do("GET", "rw.example", target, "").Header.Get("X-Request-Target"); got != want {
+			t.Errorf("rewrite-target /$2: %s went upstream as %q, want %q", target, got, want)
+		}
+	}
+	// permanent-redirect: 301 to the URL.
+	if r := do("GET", "moved.example", "/old?x=1", ""); r.StatusCode != 301 || !strings.HasPrefix(r.Header.Get("Location"), "https://www.example.com/landing") {
+		t.Errorf("permanent-redirect: %d %q", r.StatusCode, r.Header.Get("Location"))
+	}
+	// app-root: "/" alone to the app root (302); the rest served.
+	if r := do("GET", "root.example", "/", ""); r.StatusCode != 302 || r.Header.Get("Location") != "http://root.example/app1" {
+		t.Errorf("app-root: %d %q", r.StatusCode, r.Header.Get("Location"))
+	}
+	if r := do("GET", "root.example", "/app1/x", ""); r.StatusCode != 200 {
+		t.Errorf("app-root, below it: %d", r.StatusCode)
+	}
+	// upstream-vhost, x-forwarded-prefix, proxy-body-size 1k.
+	if r := do("GET", "vh.example", "/", ""); r.Header.Get("X-Request-Host") != "internal.example" || r.Header.Get("X-Request-Forwarded-Prefix") != "/vh" {
+		t.Errorf("upstream-vhost and x-forwarded-prefix: Host %q, X-Forwarded-Prefix %q", r.Header.Get("X-Request-Host"), r.Header.Get("X-Request-Forwarded-Prefix"))
+	}
+	if r := do("POST", "vh.example", "/", strings.Repeat("x", 2048)); r.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("proxy-body-size 1k, a 2 KiB body: %d, want 413", r.StatusCode)
+	}
+	if r := do("POST", "vh.example", "/", strings.Repeat("x", 512)); r.StatusCode != 200 {
+		t.Errorf("proxy-body-size 1k, a 512 B body: %d", r.StatusCode)
+	}
+	// canary-by-header: "always" to the canary, else the main Ingress's
+	// (canary-weight 0).
+	for hdr, want := range map[string]string{"always": "ann-next", "never": "ann-app", "": "ann-app"} {
+		if got := do("GET", "can.example", "/", "", "X-Canary", hdr).Header.Get("X-Backend"); got != want {
+			t.Errorf("canary-by-header X-Canary %q: %s, want %s", hdr, got, want)
+		}
+	}
+	// Source ranges: 403 to a client they do not allow.
+	for host, want := range map[string]int{"deny.example": 403, "allow.example": 403, "allowed.example": 200} {
+		if got := do("GET", host, "/", "").StatusCode; got != want {
+			t.Errorf("source ranges of %s: %d, want %d", host, got, want)
+		}
+	}
+	// The snippet: an Event on its Ingress, and the rest served (above).
+	events := func(name, reason string) []corev1.Event {
+		list, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []corev1.Event
+		for _, e := range list.Items {
+			if e.Reason == reason {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	harness.WaitFor(t, 30*time.Second, "an Event for the annotation not implemented", func() bool {
+		es := events("vhost", ingress.ReasonNotImplemented)
+		return len(es) == 1 && strings.Contains(es[0].Message, "configuration-snippet")
+	})
+	// An invalid value: an Event, and the last good version serves.
+	cur, err := client.NetworkingV1().Ingresses(ns).Get(ctx, "vhost", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Annotations["nginx.ingress.kubernetes.io/proxy-body-size"] = "huge"
+	cur.Annotations["nginx.ingress.kubernetes.io/upstream-vhost"] = "other.example"
+	if _, err := client.NetworkingV1().Ingresses(ns).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 30*time.Second, "an Event for the invalid value", func() bool {
+		es := events("vhost", ingress.ReasonInvalid)
+		return len(es) == 1 && strings.Contains(es[0].Message, "proxy-body-size") && strings.Contains(es[0].Message, "last good version serves")
+	})
+	if r := do("GET", "vh.example", "/", ""); r.Header.Get("X-Request-Host") != "internal.example" {
+		t.Errorf("the refused Ingress: upstream Host %q, want the last good version's internal.example", r.Header.Get("X-Request-Host"))
+	}
+	if g := b.Status().ActiveGeneration; g != gen {
+		t.Errorf("Ingress changes made a handoff: generation %d, then %d", gen, g)
 	}
 }

@@ -2,6 +2,7 @@ package route
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -86,7 +87,35 @@ func equalFold(b []byte, lower string) bool {
 // whole segments, as the Gateway API's table has it: "/foo" replaced by
 // "/xyz" turns "/foo/bar" into "/xyz/bar", by "" or "/" into "/bar"; a
 // path left empty is "/".
-func ModifyPath(dst []byte, m *PathModifier, matched string, path []byte) []byte {
+//
+// A Regex modifier's $1 to $9 are the groups of re (the rule's path
+// match, Compiled.PathRegexp) in path, empty when a group took nothing;
+// "$" followed by anything else is itself.
+func ModifyPath(dst []byte, m *PathModifier, matched string, re *regexp.Regexp, path []byte) []byte {
+	if m.Regex {
+		var idx []int
+		if re != nil {
+			idx = re.FindSubmatchIndex(path)
+		}
+		v, start := m.Value, len(dst)
+		for i := 0; i < len(v); i++ {
+			if v[i] != '$' || i+1 == len(v) || v[i+1] < '1' || v[i+1] > '9' {
+				dst = append(dst, v[i])
+				continue
+			}
+			g := int(v[i+1] - '0')
+			if 2*g+1 < len(idx) && idx[2*g] >= 0 {
+				dst = append(dst, path[idx[2*g]:idx[2*g+1]]...)
+			}
+			i++
+		}
+		if len(dst) == start || dst[start] != '/' { // a path begins with '/'
+			dst = append(dst, 0)
+			copy(dst[start+1:], dst[start:])
+			dst[start] = '/'
+		}
+		return dst
+	}
 	if !m.ReplacePrefix {
 		return append(dst, m.Value...)
 	}
@@ -181,7 +210,7 @@ func checkFilters[B any](f *Filters[B]) error {
 		if host != "" && !validHost(host) {
 			return fmt.Errorf("%s hostname %q is not a host name", what, host)
 		}
-		if pm != nil && !validPath(pm.Value, pm.ReplacePrefix) {
+		if pm != nil && !pm.Regex && !validPath(pm.Value, pm.ReplacePrefix) || pm != nil && pm.Regex && !validTemplate(pm.Value) {
 			return fmt.Errorf("%s path %q is not a path", what, pm.Value)
 		}
 		return nil
@@ -231,6 +260,15 @@ func validHost(h string) bool {
 
 // validPath reports whether p is an absolute path of RFC 3986 §3.3's
 // characters (an empty one, too, for a prefix replacement).
+// validTemplate reports whether p is a Regex path modifier's value: a
+// path, or one that begins with a group ("$1/x").
+func validTemplate(p string) bool {
+	if strings.HasPrefix(p, "$") {
+		p = "/" + p
+	}
+	return p != "" && validPath(p, false)
+}
+
 func validPath(p string, prefix bool) bool {
 	if p == "" {
 		return prefix

@@ -27,8 +27,35 @@ func TestModifyPath(t *testing.T) {
 		{"/foo", "/foo/bar", "/one", "/one", true},
 	} {
 		m := &PathModifier{ReplacePrefix: !tc.full, Value: tc.value}
-		if got := string(ModifyPath(nil, m, tc.matched, []byte(tc.path))); got != tc.want {
+		if got := string(ModifyPath(nil, m, tc.matched, nil, []byte(tc.path))); got != tc.want {
 			t.Errorf("%q matched %q, %+v: %q, want %q", tc.path, tc.matched, m, got, tc.want)
+		}
+	}
+}
+
+// ingress-nginx's rewrite-target (docs/user-guide/nginx-configuration/
+// annotations.md#rewrite, and its examples/rewrite): the path matched as
+// a regular expression, the whole path replaced by the target, $1 to $9
+// its groups; a group that took nothing is empty.
+func TestModifyPathRegex(t *testing.T) {
+	for _, tc := range []struct{ re, path, target, want string }{
+		{"(?i)/something(/|$)(.*).*", "/something", "/$2", "/"},
+		{"(?i)/something(/|$)(.*).*", "/something/", "/$2", "/"},
+		{"(?i)/something(/|$)(.*).*", "/something/new", "/$2", "/new"},
+		{"(?i)/something(/|$)(.*).*", "/SOMETHING/new", "/$2", "/new"},
+		{"(?i)/api(/|$)(.*).*", "/api/v1/x", "/internal/$2", "/internal/v1/x"},
+		{"(?i)/foo.*", "/foo/bar", "/", "/"},
+		{"(?i)/(a)(b).*", "/ab/c", "$2$1", "/ba"},
+		{"(?i)/x.*", "/x", "/$9/$a$", "//$a$"},
+	} {
+		tb := compile(t, Rule[string]{Name: "r", Listener: "web", Matches: []Match{{Path: PathMatch{Type: PathRegex, Value: tc.re}}}, Backends: []Backend[string]{{Target: "r", Weight: 1}}})
+		c, pm := tb.Match("web", req("GET", "h"+tc.path))
+		if pm == nil {
+			t.Fatalf("%s does not match %s", tc.re, tc.path)
+		}
+		m := &PathModifier{Regex: true, Value: tc.target}
+		if got := string(ModifyPath([]byte("kept"), m, pm.Value, c.PathRegexp(pm.Value), []byte(tc.path))); got != "kept"+tc.want {
+			t.Errorf("%s on %s, %s: %q, want %q", tc.re, tc.path, tc.target, got, "kept"+tc.want)
 		}
 	}
 }

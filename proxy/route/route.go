@@ -14,6 +14,7 @@
 package route
 
 import (
+	"net/netip"
 	"regexp"
 	"time"
 )
@@ -53,6 +54,38 @@ type Rule[B any] struct {
 	Timeouts Timeouts   `json:",omitzero"`
 	// Order breaks the ties the matches leave: the older rule wins.
 	Order Order `json:",omitzero"`
+	// Access, when set, says which clients the rule serves; the others
+	// are answered 403.
+	Access *Access `json:",omitzero"`
+}
+
+// Access is who may send a rule's requests, by the client's address (the
+// connection's, or the PROXY protocol's): none of Deny, and one of Allow
+// when Allow has any (ingress-nginx's denylist-source-range and
+// allowlist-source-range, nginx's deny and allow).
+type Access struct {
+	Allow, Deny []netip.Prefix `json:",omitzero"`
+}
+
+// Allows reports whether a client of address ip may send the rule's
+// requests. An address unknown (a unix socket's) is allowed only when
+// Allow is empty.
+func (a *Access) Allows(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	for _, p := range a.Deny {
+		if p.Contains(ip) {
+			return false
+		}
+	}
+	if len(a.Allow) == 0 {
+		return true
+	}
+	for _, p := range a.Allow {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // Backend is one of a rule's backends and its weight.
@@ -196,8 +229,12 @@ type Rewrite struct {
 // rule matched (ReplacePrefixMatch, which needs a PathPrefix match).
 type PathModifier struct {
 	// ReplacePrefix: replace the matched prefix, else the full path.
-	ReplacePrefix bool   `json:",omitzero"`
-	Value         string `json:",omitzero"`
+	ReplacePrefix bool `json:",omitzero"`
+	// Regex: Value is the whole new path, in which $1 to $9 are the
+	// groups of the rule's regular expression path match (ingress-nginx's
+	// rewrite-target, nginx's rewrite); for a rule of PathRegex matches.
+	Regex bool   `json:",omitzero"`
+	Value string `json:",omitzero"`
 }
 
 // Mirror is a backend that gets a copy of a rule's requests.
@@ -222,7 +259,7 @@ type Timeouts struct {
 func Resolve[A, B any](r Rule[A], find func(A) (B, bool)) Rule[B] {
 	out := Rule[B]{
 		Name: r.Name, Listener: r.Listener, Hostnames: r.Hostnames, OneLabel: r.OneLabel, Matches: r.Matches,
-		MaxBodySize: r.MaxBodySize, BufferRequestBody: r.BufferRequestBody, Order: r.Order, Timeouts: r.Timeouts,
+		MaxBodySize: r.MaxBodySize, BufferRequestBody: r.BufferRequestBody, Order: r.Order, Timeouts: r.Timeouts, Access: r.Access,
 		Filters: Filters[B]{RequestHeaders: r.Filters.RequestHeaders, ResponseHeaders: r.Filters.ResponseHeaders, Redirect: r.Filters.Redirect, Rewrite: r.Filters.Rewrite},
 	}
 	for _, b := range r.Backends {

@@ -3,6 +3,7 @@ package route
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -414,5 +415,26 @@ func TestOneLabelWildcard(t *testing.T) {
 		if got := matched(tb, req("GET", tt.host+"/")); got != tt.want {
 			t.Errorf("%s: %s, want %s", tt.host, got, tt.want)
 		}
+	}
+}
+
+// Access as nginx's allow and deny in ingress-nginx's source ranges
+// (annotations.md, "Whitelist source range" and "Denylist source
+// range"): a denied address is refused whatever Allow says; with Allow,
+// only its addresses; an IPv4-mapped IPv6 address is its IPv4 address.
+func TestAccess(t *testing.T) {
+	p := func(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+	a := &Access{Allow: []netip.Prefix{p("10.0.0.0/8"), p("2001:db8::/32")}, Deny: []netip.Prefix{p("10.1.0.0/16")}}
+	for ip, want := range map[string]bool{"10.2.3.4": true, "10.1.2.3": false, "192.0.2.1": false, "2001:db8::1": true, "::ffff:10.2.3.4": true, "::ffff:10.1.0.1": false} {
+		if got := a.Allows(netip.MustParseAddr(ip)); got != want {
+			t.Errorf("%s: %v, want %v", ip, got, want)
+		}
+	}
+	deny := &Access{Deny: []netip.Prefix{p("192.0.2.0/24")}}
+	if !deny.Allows(netip.MustParseAddr("198.51.100.1")) || deny.Allows(netip.MustParseAddr("192.0.2.9")) || !deny.Allows(netip.Addr{}) {
+		t.Error("deny alone")
+	}
+	if a.Allows(netip.Addr{}) {
+		t.Error("an unknown address allowed by an allow list")
 	}
 }

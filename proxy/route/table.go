@@ -133,9 +133,14 @@ type Compiled[B any] struct {
 	// RewriteHost is the URL rewrite's host, nil when it keeps the
 	// request's.
 	RewriteHost []byte
-	total       int   // the backends' total weight
-	cumulate    []int // running sums of the weights
+	pathRE      map[string]*regexp.Regexp // its PathRegex matches' by value
+	total       int                       // the backends' total weight
+	cumulate    []int                     // running sums of the weights
 }
+
+// PathRegexp returns the compiled regular expression of c's PathRegex
+// match of value, or nil.
+func (c *Compiled[B]) PathRegexp(value string) *regexp.Regexp { return c.pathRE[value] }
 
 // Compile compiles rules into a Table. A rule that cannot be compiled (a
 // regular expression that does not parse) is left out, and named in the
@@ -333,6 +338,10 @@ func compileRule[B any](r *Rule[B]) (*Compiled[B], []*entry[B], error) {
 				return nil, nil, fmt.Errorf("%s: path %q: %w", r.Name, m.Path.Value, err)
 			}
 			e.re = re
+			if c.pathRE == nil {
+				c.pathRE = make(map[string]*regexp.Regexp)
+			}
+			c.pathRE[m.Path.Value] = re
 		}
 		e.bpath = []byte(e.path.Value)
 		if m.Method != "" {

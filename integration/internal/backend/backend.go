@@ -127,6 +127,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for m := s.MaxInFlight.Load(); n > m && !s.MaxInFlight.CompareAndSwap(m, n); m = s.MaxInFlight.Load() {
 	}
 	w.Header().Set("X-Backend", s.Name)
+	// What arrived, for tests of what a proxy changes on the way: the
+	// request target, the Host, a forwarded prefix.
+	w.Header().Set("X-Request-Target", r.URL.RequestURI())
+	w.Header().Set("X-Request-Host", r.Host)
+	if v := r.Header.Get("X-Forwarded-Prefix"); v != "" {
+		w.Header().Set("X-Request-Forwarded-Prefix", v)
+	}
 	if s.Fail.Load() {
 		http.Error(w, "failing on purpose", http.StatusInternalServerError)
 		return

@@ -1,0 +1,320 @@
+package ingress
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/proxy/h1"
+	"github.com/baton-proxy/baton/proxy/route"
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// options are what an Ingress's annotations ask for, parsed and checked:
+// ingress-nginx's meaning (docs/user-guide/nginx-configuration/
+// annotations.md), read under nginxPrefix and batonPrefix.
+type options struct {
+	upstream bool // service-upstream
+
+	sslRedirect, forceSSLRedirect bool
+
+	useRegex      bool
+	rewriteTarget string // "": none
+	appRoot       string
+
+	redirectURL  *url.URL // permanent-redirect or temporal-redirect
+	redirectCode int
+
+	backendTLS      bool // backend-protocol HTTPS
+	connectTimeout  time.Duration
+	readTimeout     time.Duration
+	bodySize        int64 // -1: not set; 0: no limit
+	upstreamVhost   string
+	forwardedPrefix string
+
+	access *route.Access // the source ranges; nil: any client
+
+	affinityCookie string // "": no affinity
+	hashHeader     string // upstream-hash-by $http_NAME
+
+	canary            bool
+	canaryWeight      int
+	canaryTotal       int
+	canaryHeader      string
+	canaryHeaderValue string
+	canaryCookie      string
+}
+
+// implemented are the annotations (under either prefix) baton serves.
+var implemented = map[string]bool{
+	"service-upstream": true, "ssl-redirect": true, "force-ssl-redirect": true,
+	"use-regex": true, "rewrite-target": true, "app-root": true,
+	"permanent-redirect": true, "permanent-redirect-code": true, "temporal-redirect": true, "temporal-redirect-code": true,
+	"backend-protocol": true, "proxy-connect-timeout": true, "proxy-read-timeout": true, "proxy-body-size": true,
+	"upstream-vhost": true, "x-forwarded-prefix": true,
+	"affinity": true, "session-cookie-name": true, "upstream-hash-by": true,
+	"whitelist-source-range": true, "allowlist-source-range": true, "denylist-source-range": true,
+	"canary": true, "canary-weight": true, "canary-weight-total": true, "canary-by-header": true, "canary-by-header-value": true, "canary-by-cookie": true,
+}
+
+// parseOptions reads ing's annotations. Those under the prefixes that
+// baton does not implement are returned by name (said, not ignored in
+// silence); a value that does not parse is an error, which refuses the
+// Ingress.
+func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
+	o := options{sslRedirect: true, bodySize: -1, canaryTotal: 100}
+	var unknown []string
+	for a := range ing.Annotations {
+		name, ok := strings.CutPrefix(a, nginxPrefix)
+		if !ok {
+			name, ok = strings.CutPrefix(a, batonPrefix)
+		}
+		if ok && !implemented[name] {
+			unknown = append(unknown, a)
+		}
+	}
+	if upstream(ing) {
+		o.upstream = true
+	}
+	slices.Sort(unknown)
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("annotation %s: %s", name, fmt.Sprintf(format, args...)))
+	}
+	get := func(name string) (string, bool) {
+		if v, ok := ing.Annotations[batonPrefix+name]; ok {
+			return v, true
+		}
+		v, ok := ing.Annotations[nginxPrefix+name]
+		return v, ok
+	}
+	boolean := func(name string, into *bool) {
+		if v, ok := get(name); ok {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				bad(name, "%q is not true or false", v)
+				return
+			}
+			*into = b
+		}
+	}
+	boolean("ssl-redirect", &o.sslRedirect)
+	boolean("force-ssl-redirect", &o.forceSSLRedirect)
+	boolean("use-regex", &o.useRegex)
+	boolean("canary", &o.canary)
+
+	if v, ok := get("rewrite-target"); ok {
+		if !validTemplate(v) {
+			bad("rewrite-target", "%q is not a path (nor one beginning with a group, $1)", v)
+		}
+		o.rewriteTarget = v
+	}
+	if v, ok := get("app-root"); ok {
+		if !strings.HasPrefix(v, "/") || strings.ContainsAny(v, " \t\r\n") {
+			bad("app-root", "%q is not a path", v)
+		}
+		o.appRoot = v
+	}
+	for _, r := range []struct {
+		name string
+		code int
+	}{{"permanent-redirect", 301}, {"temporal-redirect", 302}} {
+		v, ok := get(r.name)
+		if !ok || o.redirectURL != nil {
+			continue // permanent-redirect first, as ingress-nginx
+		}
+		u, err := url.Parse(v)
+		if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			bad(r.name, "%q is not an http or https URL", v)
+			continue
+		}
+		o.redirectURL, o.redirectCode = u, r.code
+		if c, ok := get(r.name + "-code"); ok {
+			n, err := strconv.Atoi(c)
+			if err != nil || !slices.Contains([]int{301, 302, 303, 307, 308}, n) {
+				bad(r.name+"-code", "%q is not 301, 302, 303, 307 or 308", c)
+			}
+			o.redirectCode = n
+		}
+	}
+	if v, ok := get("backend-protocol"); ok {
+		switch strings.ToUpper(v) {
+		case "HTTP", "AUTO_HTTP":
+		case "HTTPS":
+			o.backendTLS = true
+		case "GRPC", "GRPCS":
+			bad("backend-protocol", "%s needs HTTP/2 to the backends, which baton does not speak yet", v)
+		default:
+			bad("backend-protocol", "%q is not HTTP or HTTPS", v)
+		}
+	}
+	seconds := func(name string, into *time.Duration) {
+		v, ok := get(name)
+		if !ok {
+			return
+		}
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			*into = time.Duration(n) * time.Second // ingress-nginx's: a number of seconds
+			return
+		}
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			*into = d
+			return
+		}
+		bad(name, "%q is not a number of seconds", v)
+	}
+	seconds("proxy-connect-timeout", &o.connectTimeout)
+	seconds("proxy-read-timeout", &o.readTimeout)
+	if v, ok := get("proxy-body-size"); ok {
+		n, err := nginxSize(v)
+		if err != nil {
+			bad("proxy-body-size", "%v", err)
+		}
+		o.bodySize = n
+	}
+	if v, ok := get("upstream-vhost"); ok {
+		if !validHostValue(v) {
+			bad("upstream-vhost", "%q is not a host", v)
+		}
+		o.upstreamVhost = v
+	}
+	if v, ok := get("x-forwarded-prefix"); ok {
+		if !strings.HasPrefix(v, "/") || strings.ContainsAny(v, "\r\n\x00") {
+			bad("x-forwarded-prefix", "%q is not a path", v)
+		}
+		o.forwardedPrefix = v
+	}
+	ranges := func(name string) []netip.Prefix {
+		v, ok := get(name)
+		if !ok {
+			return nil
+		}
+		var ps []netip.Prefix
+		for _, f := range strings.Split(v, ",") {
+			p, err := config.ParsePrefix(strings.TrimSpace(f))
+			if err != nil {
+				bad(name, "%q is not a CIDR or an IP address", strings.TrimSpace(f))
+				continue
+			}
+			ps = append(ps, p)
+		}
+		return ps
+	}
+	allow := append(ranges("allowlist-source-range"), ranges("whitelist-source-range")...)
+	if deny := ranges("denylist-source-range"); len(allow) > 0 || len(deny) > 0 {
+		o.access = &route.Access{Allow: allow, Deny: deny}
+	}
+	if v, ok := get("affinity"); ok {
+		if v != "cookie" {
+			bad("affinity", "%q: only cookie", v)
+		}
+		o.affinityCookie = "INGRESSCOOKIE" // ingress-nginx's default name
+		if n, ok := get("session-cookie-name"); ok {
+			if !h1.IsToken(n) {
+				bad("session-cookie-name", "%q is not a cookie name", n)
+			}
+			o.affinityCookie = n
+		}
+	}
+	if v, ok := get("upstream-hash-by"); ok {
+		h, ok := strings.CutPrefix(v, "$http_")
+		if !ok || !h1.IsToken(h) {
+			unknown = append(unknown, "upstream-hash-by "+v+" (only $http_<header> is served)")
+		} else {
+			o.hashHeader = strings.ReplaceAll(h, "_", "-")
+		}
+	}
+	intIn := func(name string, lo, hi int, into *int) {
+		if v, ok := get(name); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < lo || n > hi {
+				bad(name, "%q is not a whole number from %d to %d", v, lo, hi)
+				return
+			}
+			*into = n
+		}
+	}
+	intIn("canary-weight-total", 1, 1_000_000, &o.canaryTotal)
+	intIn("canary-weight", 0, o.canaryTotal, &o.canaryWeight)
+	if v, ok := get("canary-by-header"); ok {
+		if !h1.IsToken(v) {
+			bad("canary-by-header", "%q is not a header name", v)
+		}
+		o.canaryHeader = v
+	}
+	if v, ok := get("canary-by-header-value"); ok {
+		o.canaryHeaderValue = v
+	}
+	if v, ok := get("canary-by-cookie"); ok {
+		if !h1.IsToken(v) {
+			bad("canary-by-cookie", "%q is not a cookie name", v)
+		}
+		o.canaryCookie = v
+	}
+	return o, unknown, errors.Join(errs...)
+}
+
+// regex reports whether ing's paths are regular expressions: use-regex,
+// or a rewrite-target (ingress-nginx makes them so).
+func (o *options) regex() bool { return o.useRegex || o.rewriteTarget != "" }
+
+// regexPath is an Ingress path as ingress-nginx matches it with use-regex
+// (location ~* "^PATH"): case-insensitive, anchored at the start only.
+func regexPath(p string) (string, error) {
+	v := "(?i)" + p + ".*"
+	if _, err := regexp.Compile(v); err != nil {
+		return "", fmt.Errorf("path %q is not a regular expression: %w", p, err)
+	}
+	return v, nil
+}
+
+// nginxSize parses an nginx size ("8m", "1g", "512k", "100"); 0 is no
+// limit.
+func nginxSize(v string) (int64, error) {
+	s := strings.ToLower(strings.TrimSpace(v))
+	mult := int64(1)
+	if s != "" {
+		switch s[len(s)-1] {
+		case 'k':
+			mult, s = 1<<10, s[:len(s)-1]
+		case 'm':
+			mult, s = 1<<20, s[:len(s)-1]
+		case 'g':
+			mult, s = 1<<30, s[:len(s)-1]
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size (a number, with k, m or g)", v)
+	}
+	return n * mult, nil
+}
+
+// validTemplate reports whether v is a rewrite target: a path, or one
+// that begins with a group ("$1/x").
+func validTemplate(v string) bool {
+	if v == "" || v[0] != '/' && v[0] != '$' {
+		return false
+	}
+	return !strings.ContainsAny(v, " \t\r\n?#")
+}
+
+func validHostValue(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == ':' || c == '[' || c == ']') {
+			return false
+		}
+	}
+	return true
+}

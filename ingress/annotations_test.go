@@ -1,0 +1,271 @@
+package ingress
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/proxy/route"
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// The annotations' meanings are ingress-nginx's, each cited to its
+// documentation: docs/user-guide/nginx-configuration/annotations.md of
+// kubernetes/ingress-nginx (section named in each test).
+
+// annotated is an Ingress of baton's class for host a.example, path
+// /app Prefix to Service web, with the annotations given as name, value
+// pairs (names under nginxPrefix).
+func annotated(name string, kv ...string) networkingv1.Ingress {
+	i := ing(name, ptr("baton"), "a.example", path("/app", networkingv1.PathTypePrefix, "web"))
+	i.Annotations = map[string]string{}
+	for j := 0; j+1 < len(kv); j += 2 {
+		i.Annotations[nginxPrefix+kv[j]] = kv[j+1]
+	}
+	return i
+}
+
+func translate(good map[string]*Translation, ings ...networkingv1.Ingress) *Result {
+	return Translate(&Snapshot{Classes: []networkingv1.IngressClass{class("baton", ControllerName, false)}, Ingresses: ings, Good: good}, opts)
+}
+
+// request is what a request gets from a result: the rule that takes it
+// (nil: 404) and the path it goes upstream with.
+func request(t *testing.T, res *Result, host, p string, hdr ...string) (*route.Compiled[string], string) {
+	t.Helper()
+	table, err := route.Compile(res.Routing.Rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("GET", host+p, hdr...)
+	c, pm := table.Match("http", r)
+	if c == nil {
+		return nil, ""
+	}
+	up := p
+	if rw := c.Filters.Rewrite; rw != nil && rw.Path != nil {
+		up = string(route.ModifyPath(nil, rw.Path, pm.Value, c.PathRegexp(pm.Value), []byte(p)))
+	}
+	return c, up
+}
+
+// req builds a request for host/path with header fields (name, value).
+func req(method, target string, hdr ...string) *route.Request {
+	host, rest, _ := strings.Cut(target, "/")
+	f := fields{}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		f[strings.ToLower(hdr[i])] = hdr[i+1]
+	}
+	return &route.Request{Host: []byte(host), Path: []byte("/" + rest), Method: []byte(method), Fields: f}
+}
+
+type fields map[string]string
+
+func (f fields) Field(name string) []byte {
+	if v, ok := f[name]; ok {
+		return []byte(v)
+	}
+	return nil
+}
+
+func backendOf(res *Result, name string) *config.Backend {
+	for i := range res.Routing.Backends {
+		if res.Routing.Backends[i].Name == name {
+			return &res.Routing.Backends[i]
+		}
+	}
+	return nil
+}
+
+// "Rewrite": with rewrite-target the paths are regular expressions
+// (case-insensitive, anchored at the start), and the whole path upstream
+// is the target with $1..$9 its groups (the documented example:
+// /something(/|$)(.*) with /$2).
+func TestRewriteTarget(t *testing.T) {
+	i := ing("rw", ptr("baton"), "a.example", path("/something(/|$)(.*)", networkingv1.PathTypeImplementationSpecific, "web"))
+	i.Annotations = map[string]string{nginxPrefix + "rewrite-target": "/$2"}
+	res := translate(nil, i)
+	for p, want := range map[string]string{"/something": "/", "/something/": "/", "/something/new": "/new", "/SOMETHING/new/x": "/new/x"} {
+		c, up := request(t, res, "a.example", p)
+		if c == nil || up != want {
+			t.Errorf("%s: upstream %q, want %q", p, up, want)
+		}
+	}
+	if c, _ := request(t, res, "a.example", "/other"); c != nil {
+		t.Errorf("/other taken by %s", c.Name)
+	}
+	// use-regex alone: regular expression paths, no rewrite.
+	u := ing("re", ptr("baton"), "b.example", path("/v[0-9]+/api", networkingv1.PathTypePrefix, "web"))
+	u.Annotations = map[string]string{nginxPrefix + "use-regex": "true"}
+	res = translate(nil, u)
+	if c, up := request(t, res, "b.example", "/v2/api/x"); c == nil || up != "/v2/api/x" {
+		t.Errorf("use-regex: %v %q", c, up)
+	}
+	// A regular expression that does not compile refuses the Ingress.
+	bad := ing("bad", ptr("baton"), "c.example", path("/(", networkingv1.PathTypePrefix, "web"))
+	bad.Annotations = map[string]string{nginxPrefix + "use-regex": "true"}
+	res = translate(nil, bad)
+	if p := res.Problems["shop/bad"]; len(p) != 1 || p[0].Reason != ReasonInvalid || !strings.Contains(p[0].Message, "not a regular expression") {
+		t.Errorf("a bad regex: %+v", p)
+	}
+	if len(res.Routing.Rules) != 0 {
+		t.Errorf("the refused Ingress serves %d rules", len(res.Routing.Rules))
+	}
+}
+
+// "Permanent Redirect", "Temporal Redirect" (with their -code), "App
+// Root": a redirect to the URL (301, 302 or the code), and "/" alone to
+// the app root (302).
+func TestRedirects(t *testing.T) {
+	res := translate(nil,
+		annotated("perm", "permanent-redirect", "https://www.example.com/new", "permanent-redirect-code", "308"),
+	)
+	c, _ := request(t, res, "a.example", "/app/x")
+	if c == nil || c.Filters.Redirect == nil || c.Filters.Redirect.StatusCode != 308 || c.Filters.Redirect.Hostname != "www.example.com" ||
+		c.Filters.Redirect.Scheme != "https" || c.Filters.Redirect.Path.Value != "/new" {
+		t.Fatalf("permanent-redirect: %+v", c)
+	}
+	res = translate(nil, annotated("temp", "temporal-redirect", "http://b.example:8080"))
+	if c, _ := request(t, res, "a.example", "/app"); c == nil || c.Filters.Redirect.StatusCode != 302 || c.Filters.Redirect.Port != 8080 || c.Filters.Redirect.Path.Value != "/" {
+		t.Errorf("temporal-redirect: %+v", c.Filters.Redirect)
+	}
+	root := ing("root", ptr("baton"), "a.example", path("/", networkingv1.PathTypePrefix, "web"))
+	root.Annotations = map[string]string{nginxPrefix + "app-root": "/app1"}
+	res = translate(nil, root)
+	if c, _ := request(t, res, "a.example", "/"); c == nil || c.Filters.Redirect == nil || c.Filters.Redirect.Path.Value != "/app1" || c.Filters.Redirect.StatusCode != 302 {
+		t.Errorf("app-root at /: %+v", c)
+	}
+	if c, _ := request(t, res, "a.example", "/app1/x"); c == nil || c.Filters.Redirect != nil {
+		t.Errorf("app-root elsewhere: %+v", c)
+	}
+	res = translate(nil, annotated("bad", "permanent-redirect", "not a url"))
+	if p := res.Problems["shop/bad"]; len(p) != 1 || !strings.Contains(p[0].Message, "not an http or https URL") {
+		t.Errorf("a bad URL: %+v", p)
+	}
+}
+
+// "Backend Protocol" (HTTPS: TLS to the pods, not verified, as
+// proxy-ssl-verify's default "off"), "Custom timeouts" (seconds),
+// "Session Affinity" (cookie, session-cookie-name, INGRESSCOOKIE by
+// default), "Custom NGINX upstream hashing" ($http_ variables): each a
+// backend of its own, so that a Service reached otherwise elsewhere keeps
+// its pool.
+func TestBackendAnnotations(t *testing.T) {
+	res := translate(nil,
+		annotated("tls", "backend-protocol", "HTTPS", "proxy-connect-timeout", "5", "proxy-read-timeout", "120"),
+		annotated("sticky", "affinity", "cookie", "session-cookie-name", "route"),
+		annotated("hash", "upstream-hash-by", "$http_x_user"),
+	)
+	tb := backendOf(res, "k8s/shop/web:80/https/connect=5s/read=2m0s")
+	if tb == nil || tb.TLS == nil || !tb.TLS.InsecureSkipVerify || tb.ConnectTimeout.Std() != 5*time.Second || tb.ResponseTimeout.Std() != 120*time.Second {
+		t.Errorf("backend-protocol and timeouts: %+v (backends %v)", tb, res.Routing.Backends)
+	}
+	if sb := backendOf(res, "k8s/shop/web:80/cookie=route"); sb == nil || sb.Balancer != config.BalancerCookie || sb.Cookie != "route" {
+		t.Errorf("affinity: %+v", sb)
+	}
+	if hb := backendOf(res, "k8s/shop/web:80/hash=x-user"); hb == nil || hb.Balancer != config.BalancerHashHeader || hb.HashHeader != "x-user" {
+		t.Errorf("upstream-hash-by: %+v", hb)
+	}
+	res = translate(nil, annotated("grpc", "backend-protocol", "GRPC"))
+	if p := res.Problems["shop/grpc"]; len(p) != 1 || !strings.Contains(p[0].Message, "HTTP/2 to the backends") || len(res.Routing.Rules) != 0 {
+		t.Errorf("GRPC: %+v, %d rules", p, len(res.Routing.Rules))
+	}
+}
+
+// "Custom max body size" (nginx sizes; 0 is no limit), "Server-side
+// upstream vhost", "X-Forwarded-Prefix Header"; an invalid value refuses
+// the Ingress and its last good version serves on (issue 22: "the
+// previous version of it keeps serving").
+func TestRequestAnnotationsAndLastGood(t *testing.T) {
+	res := translate(nil, annotated("a", "proxy-body-size", "8m", "upstream-vhost", "internal.example", "x-forwarded-prefix", "/app"))
+	c, _ := request(t, res, "a.example", "/app")
+	if c == nil || c.MaxBodySize != 8<<20 || c.Filters.Rewrite == nil || c.Filters.Rewrite.Hostname != "internal.example" ||
+		c.Filters.RequestHeaders == nil || c.Filters.RequestHeaders.Set[0] != (route.Header{Name: "X-Forwarded-Prefix", Value: "/app"}) {
+		t.Fatalf("rule: %+v", c)
+	}
+	next := translate(res.Good, annotated("a", "proxy-body-size", "eight megabytes"))
+	if p := next.Problems["shop/a"]; len(p) != 1 || !strings.Contains(p[0].Message, "last good version serves") {
+		t.Errorf("an invalid size: %+v", p)
+	}
+	if c, _ := request(t, next, "a.example", "/app"); c == nil || c.MaxBodySize != 8<<20 {
+		t.Errorf("the last good version does not serve: %+v", c)
+	}
+	if n, err := nginxSize("0"); err != nil || n != 0 {
+		t.Errorf("0: %d %v", n, err)
+	}
+}
+
+// "Canary": a canary Ingress takes canary-weight of canary-weight-total
+// of its main Ingress's host and path; canary-by-header "always" and
+// "never" (or canary-by-header-value) and then canary-by-cookie decide
+// before the weight; a canary of a host and path no main Ingress has
+// serves nothing and is said.
+func TestCanary(t *testing.T) {
+	main := annotated("main")
+	c := ing("canary", ptr("baton"), "a.example", path("/app", networkingv1.PathTypePrefix, "web-v2"))
+	c.Annotations = map[string]string{nginxPrefix + "canary": "true", nginxPrefix + "canary-weight": "20",
+		nginxPrefix + "canary-by-header": "X-Canary", nginxPrefix + "canary-by-cookie": "canary"}
+	lost := ing("lost", ptr("baton"), "a.example", path("/nowhere", networkingv1.PathTypePrefix, "web-v2"))
+	lost.Annotations = map[string]string{nginxPrefix + "canary": "true", nginxPrefix + "canary-weight": "50"}
+	res := translate(nil, main, c, lost)
+	to := func(hdr ...string) string {
+		t.Helper()
+		r, _ := request(t, res, "a.example", "/app", hdr...)
+		if r == nil {
+			return "404"
+		}
+		var s []string
+		for _, b := range r.Backends {
+			s = append(s, b.Target+"="+strconv.Itoa(b.Weight))
+		}
+		return strings.Join(s, ",")
+	}
+	for _, tt := range []struct {
+		hdr  []string
+		want string
+	}{
+		{nil, "k8s/shop/web:80=80,k8s/shop/web-v2:80=20"},
+		{[]string{"X-Canary", "always"}, "k8s/shop/web-v2:80=1"},
+		{[]string{"X-Canary", "never", "Cookie", "canary=always"}, "k8s/shop/web:80=1"},
+		{[]string{"Cookie", "a=b; canary=always"}, "k8s/shop/web-v2:80=1"},
+		{[]string{"Cookie", "canary=never"}, "k8s/shop/web:80=1"},
+		{[]string{"Cookie", "notcanary=always"}, "k8s/shop/web:80=80,k8s/shop/web-v2:80=20"},
+	} {
+		if got := to(tt.hdr...); got != tt.want {
+			t.Errorf("%v: %s, want %s", tt.hdr, got, tt.want)
+		}
+	}
+	if r, _ := request(t, res, "a.example", "/nowhere"); r != nil {
+		t.Errorf("a canary without its main Ingress serves: %s", r.Name)
+	}
+	if p := res.Problems["shop/lost"]; len(p) != 1 || !strings.Contains(p[0].Message, "no main Ingress") {
+		t.Errorf("the lost canary: %+v", p)
+	}
+	// canary-by-header-value: that value only.
+	c.Annotations[nginxPrefix+"canary-by-header-value"] = "yes"
+	delete(c.Annotations, nginxPrefix+"canary-by-cookie")
+	res = translate(nil, main, c)
+	if got := to("X-Canary", "yes"); got != "k8s/shop/web-v2:80=1" {
+		t.Errorf("by header value: %s", got)
+	}
+	if got := to("X-Canary", "always"); got != "k8s/shop/web:80=80,k8s/shop/web-v2:80=20" {
+		t.Errorf("another value: %s", got)
+	}
+}
+
+// "Whitelist source range" (allowlist-source-range, its new name) and
+// "Denylist source range": comma-separated CIDRs on the Ingress's rules;
+// one that does not parse refuses the Ingress.
+func TestSourceRanges(t *testing.T) {
+	res := translate(nil, annotated("a", "allowlist-source-range", "10.0.0.0/8, 192.0.2.7", "denylist-source-range", "10.9.0.0/16"))
+	c, _ := request(t, res, "a.example", "/app")
+	if c == nil || c.Access == nil || len(c.Access.Allow) != 2 || c.Access.Allow[1].String() != "192.0.2.7/32" || len(c.Access.Deny) != 1 {
+		t.Fatalf("access: %+v", c)
+	}
+	res = translate(nil, annotated("b", "whitelist-source-range", "10.0.0.0/8,nope"))
+	if p := res.Problems["shop/b"]; len(p) != 1 || !strings.Contains(p[0].Message, `"nope" is not a CIDR`) {
+		t.Errorf("a bad range: %+v", p)
+	}
+}
