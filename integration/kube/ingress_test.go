@@ -176,7 +176,9 @@ ingress:
 		Spec: networkingv1.IngressClassSpec{Controller: ingress.ControllerName}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
+	})
 	create := func(name, host, p string, pt networkingv1.PathType, svc string, annotations ...string) {
 		t.Helper()
 		a := map[string]string{}
