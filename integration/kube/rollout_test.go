@@ -40,6 +40,12 @@ type rolloutResult struct {
 // and its endpoint goes. In the bad order the old pod stops first and its
 // endpoint is updated only after. Halfway, baton is reloaded (SIGHUP).
 func rollout(t *testing.T, b *harness.Baton, ns, svc string, old []*pod, badOrder bool, kp *kubeProxy) rolloutResult {
+	return rolloutThrough(t, b, b.Address("web"), "", ns, svc, old, badOrder, kp)
+}
+
+// rolloutThrough is rollout with the load on addr, one of b's listeners,
+// asking for host (none: addr).
+func rolloutThrough(t *testing.T, b *harness.Baton, addr, host, ns, svc string, old []*pod, badOrder bool, kp *kubeProxy) rolloutResult {
 	t.Helper()
 	state := make([]podState, 0, 2*len(old))
 	for _, p := range old {
@@ -57,7 +63,7 @@ func rollout(t *testing.T, b *harness.Baton, ns, svc string, old []*pod, badOrde
 	done := make(chan *load.Result, 1)
 	go func() {
 		done <- load.Run(ctx, load.Config{
-			HTTPAddr: b.Address("web"), Duration: 5 * time.Minute,
+			HTTPAddr: addr, Host: host, Duration: 5 * time.Minute,
 			KeepAlive: 4, NewConn: 2, Post: 2, Progress: &progress,
 		})
 	}()
