@@ -182,7 +182,11 @@ func (b *backend) update(eps []kube.Endpoint, err error) {
 		case e.Ready && !e.Terminating:
 			set.active = append(set.active, ep)
 			set.ready++
-			ep.pool.retired.Store(false)
+			if e.NoReuse {
+				ep.pool.retire() // its idle connections closed, none kept after a request
+			} else {
+				ep.pool.retired.Store(false)
+			}
 		case e.Serving:
 			terminating = append(terminating, ep)
 		}

@@ -187,3 +187,20 @@ func TestStickyCookieEndToEnd(t *testing.T) {
 		t.Errorf("a new client reached the terminating pod %s", got)
 	}
 }
+
+// A ClusterIP while a pod behind it terminates (kube.Endpoint.NoReuse)
+// takes requests as ever, on connections of their own: its idle ones are
+// closed and none is pooled after a request, so that none meets the
+// stopping pod's close; once no pod terminates, connections pool again.
+func TestNoReuseEndpoint(t *testing.T) {
+	b := newBackend(config.Backend{Name: "vip", Kubernetes: &config.KubeService{Service: "shop/web", Mode: config.ModeClusterIP}}, 0)
+	b.update([]kube.Endpoint{{Address: "198.18.128.10:80", Ready: true, Serving: true, NoReuse: true}}, nil)
+	ep := b.byAddr["198.18.128.10:80"]
+	if set := b.set.Load(); len(set.active) != 1 || set.active[0] != ep || !ep.pool.retired.Load() {
+		t.Fatalf("while a pod terminates: active %d, pooling %v", len(set.active), !ep.pool.retired.Load())
+	}
+	b.update([]kube.Endpoint{{Address: "198.18.128.10:80", Ready: true, Serving: true}}, nil)
+	if ep.pool.retired.Load() || b.byAddr["198.18.128.10:80"] != ep {
+		t.Error("connections do not pool again once no pod terminates")
+	}
+}

@@ -23,6 +23,30 @@ type Endpoint struct {
 	Serving bool
 	// Terminating: unset means not terminating.
 	Terminating bool
+	// NoReuse: a connection to it serves one request, then closes. A
+	// ClusterIP is so while a pod behind it is terminating and still
+	// serving (its grace period): a pooled
+	// connection that kube-proxy sent to that pod would meet its close,
+	// which a request sent at that moment cannot survive.
+	NoReuse bool
+}
+
+// anyDraining reports whether an endpoint of slices is terminating and
+// still serving: a pod in its grace period, which will close the
+// connections it has. (One that no longer serves has closed them, or
+// died: not reusing connections then would only send more new ones
+// through kube-proxy's view, which may still include it.)
+func anyDraining(slices []*discoveryv1.EndpointSlice) bool {
+	for _, s := range slices {
+		for _, e := range s.Endpoints {
+			c := e.Conditions
+			serving := c.Serving != nil && *c.Serving || c.Serving == nil && (c.Ready == nil || *c.Ready)
+			if c.Terminating != nil && *c.Terminating && serving {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Errors a Service can be in; the backend answers 503 meanwhile.
@@ -125,7 +149,7 @@ func better(a, b Endpoint) Endpoint {
 // clusterIPMode computes the one backend of t in clusterIP mode: the
 // Service's cluster IPs (both families; the first is primary) on the
 // Service port, or its ExternalName.
-func clusterIPMode(svc *corev1.Service, t *Target) ([]Endpoint, error) {
+func clusterIPMode(svc *corev1.Service, t *Target, draining bool) ([]Endpoint, error) {
 	if svc == nil {
 		return nil, ErrNoService
 	}
@@ -155,7 +179,7 @@ func clusterIPMode(svc *corev1.Service, t *Target) ([]Endpoint, error) {
 	}
 	var out []Endpoint
 	for _, ip := range ips {
-		out = append(out, Endpoint{Address: net.JoinHostPort(ip, strconv.Itoa(int(port))), Ready: true, Serving: true})
+		out = append(out, Endpoint{Address: net.JoinHostPort(ip, strconv.Itoa(int(port))), Ready: true, Serving: true, NoReuse: draining})
 	}
 	return out, nil
 }

@@ -65,10 +65,10 @@ func TestConditionsAsTheAPIDefinesThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Endpoint{
-		{"198.18.0.1:8080", true, true, false},
-		{"198.18.0.2:8080", false, false, false},
-		{"198.18.0.3:8080", false, true, true},
-		{"198.18.0.4:8080", true, false, false},
+		{Address: "198.18.0.1:8080", Ready: true, Serving: true, Terminating: false},
+		{Address: "198.18.0.2:8080", Ready: false, Serving: false, Terminating: false},
+		{Address: "198.18.0.3:8080", Ready: false, Serving: true, Terminating: true},
+		{Address: "198.18.0.4:8080", Ready: true, Serving: false, Terminating: false},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("endpoints\n got %v\nwant %v", got, want)
@@ -91,9 +91,9 @@ func TestPortsAndFamiliesAndDuplicates(t *testing.T) {
 		target Target
 		want   string
 	}{
-		{Target{PortName: "http"}, "[{198.18.0.1:8080 true true false} {198.18.0.2:8080 true true false} {198.18.0.3:8081 true true false} {[fd00::1]:8080 true true false}]"},
-		{Target{PortNumber: 80}, "[{198.18.0.1:8080 true true false} {198.18.0.2:8080 true true false} {198.18.0.3:8081 true true false} {[fd00::1]:8080 true true false}]"},
-		{Target{PortName: "metrics"}, "[{198.18.0.9:9090 true true false}]"},
+		{Target{PortName: "http"}, "[{198.18.0.1:8080 true true false false} {198.18.0.2:8080 true true false false} {198.18.0.3:8081 true true false false} {[fd00::1]:8080 true true false false}]"},
+		{Target{PortNumber: 80}, "[{198.18.0.1:8080 true true false false} {198.18.0.2:8080 true true false false} {198.18.0.3:8081 true true false false} {[fd00::1]:8080 true true false false}]"},
+		{Target{PortName: "metrics"}, "[{198.18.0.9:9090 true true false false}]"},
 	} {
 		got, err := endpointsMode(svc, []*discoveryv1.EndpointSlice{a, b, v6, moved, other, fqdn}, &tc.target)
 		if err != nil || fmt.Sprint(got) != tc.want {
@@ -110,17 +110,17 @@ func TestPortsAndFamiliesAndDuplicates(t *testing.T) {
 
 func TestClusterIPMode(t *testing.T) {
 	svc := service("web", corev1.ServicePort{Name: "http", Port: 80})
-	got, err := clusterIPMode(svc, &Target{PortName: "http"})
-	if err != nil || fmt.Sprint(got) != "[{198.18.128.10:80 true true false} {[fd00::10]:80 true true false}]" {
+	got, err := clusterIPMode(svc, &Target{PortName: "http"}, false)
+	if err != nil || fmt.Sprint(got) != "[{198.18.128.10:80 true true false false} {[fd00::10]:80 true true false false}]" {
 		t.Errorf("dual-stack: %v %v", got, err)
 	}
 	headless := service("db", corev1.ServicePort{Name: "pg", Port: 5432})
 	headless.Spec.ClusterIP, headless.Spec.ClusterIPs = corev1.ClusterIPNone, []string{corev1.ClusterIPNone}
-	if _, err := clusterIPMode(headless, &Target{PortName: "pg"}); !Headless(err) {
+	if _, err := clusterIPMode(headless, &Target{PortName: "pg"}, false); !Headless(err) {
 		t.Errorf("headless: %v", err)
 	}
 	ext := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "ext"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "api.example.com"}}
-	if got, err := clusterIPMode(ext, &Target{PortNumber: 443}); err != nil || got[0].Address != "api.example.com:443" {
+	if got, err := clusterIPMode(ext, &Target{PortNumber: 443}, false); err != nil || got[0].Address != "api.example.com:443" {
 		t.Errorf("ExternalName: %v %v", got, err)
 	}
 }
@@ -199,13 +199,18 @@ func TestWatcherAppliesChangesOnly(t *testing.T) {
 		t.Fatalf("first batch: %+v", first)
 	}
 
-	// The pod terminates: only the endpoints-mode backend changes.
+	// The pod terminates: the endpoints-mode backend has it terminating,
+	// and the ClusterIP of its Service is not to be reused meanwhile
+	// (Endpoint.NoReuse).
 	s2 := s.DeepCopy()
 	s2.Endpoints[0].Conditions = discoveryv1.EndpointConditions{Ready: no, Serving: yes, Terminating: yes}
 	client.DiscoveryV1().EndpointSlices("shop").Update(context.Background(), s2, metav1.UpdateOptions{})
-	u := next(t, batches)
-	if len(u) != 1 || u[0].Backend != "web" || !u[0].Endpoints[0].Terminating {
-		t.Fatalf("after terminating: %+v", u)
+	got = map[string]Update{}
+	for _, u := range next(t, batches) {
+		got[u.Backend] = u
+	}
+	if len(got) != 2 || !got["web"].Endpoints[0].Terminating || !got["web-vip"].Endpoints[0].NoReuse || !got["web-vip"].Endpoints[0].Ready {
+		t.Fatalf("after terminating: %+v", got)
 	}
 
 	// A write that changes nothing of ours (a label) applies nothing.
@@ -216,7 +221,7 @@ func TestWatcherAppliesChangesOnly(t *testing.T) {
 	s4 := s3.DeepCopy()
 	s4.Endpoints = append(s4.Endpoints, discoveryv1.Endpoint{Addresses: []string{"198.18.0.2"}})
 	client.DiscoveryV1().EndpointSlices("shop").Update(context.Background(), s4, metav1.UpdateOptions{})
-	u = next(t, batches)
+	u := next(t, batches)
 	if len(u) != 1 || len(u[0].Endpoints) != 2 {
 		t.Fatalf("after a no-op and a new pod: %+v", u)
 	}

@@ -552,10 +552,6 @@ func (w *Watcher) compute(t *Target) Update {
 		svc, _ = obj.(*corev1.Service)
 	}
 	u := Update{Backend: t.Backend}
-	if t.Mode == ModeClusterIP {
-		u.Endpoints, u.Err = clusterIPMode(svc, t)
-		return u
-	}
 	objs, err := c.slices.ByIndex("service", t.Service)
 	if err != nil {
 		return Update{Backend: t.Backend, Err: err}
@@ -565,6 +561,10 @@ func (w *Watcher) compute(t *Target) Update {
 		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
 			slices = append(slices, s)
 		}
+	}
+	if t.Mode == ModeClusterIP {
+		u.Endpoints, u.Err = clusterIPMode(svc, t, anyDraining(slices))
+		return u
 	}
 	u.Endpoints, u.Err = endpointsMode(svc, slices, t)
 	return u
@@ -577,7 +577,7 @@ func fingerprint(u Update) string {
 		b.WriteString("error:" + u.Err.Error())
 	}
 	for _, e := range u.Endpoints {
-		fmt.Fprintf(&b, "%s/%t/%t/%t;", e.Address, e.Ready, e.Serving, e.Terminating)
+		fmt.Fprintf(&b, "%s/%t/%t/%t/%t;", e.Address, e.Ready, e.Serving, e.Terminating, e.NoReuse)
 	}
 	return b.String()
 }
