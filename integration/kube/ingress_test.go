@@ -22,6 +22,35 @@ import (
 // ingressAddr is where the Ingress test serves (outside the Gateway pool).
 const ingressAddr = "198.18.65.1"
 
+// ingressBaton starts baton (two workers) as the Ingress controller of an
+// IngressClass of its own, "baton-"+ns, serving on addr:80 and addr:443,
+// and returns it and the class.
+func ingressBaton(t *testing.T, ns, addr string) (*harness.Baton, string) {
+	t.Helper()
+	if err := addAddr(addr); err != nil {
+		t.Fatal(err)
+	}
+	b := startBaton(t, fmt.Sprintf(`controlSocket: "@DIR@/run/control.sock"
+readyTimeout: 20s
+drainTimeout: 30s
+workers: 2
+kubernetes:
+  kubeconfig: %s
+ingress:
+  address: %[2]s:80
+  tlsAddress: %[2]s:443
+`, kubeconfig, addr))
+	class := "baton-" + ns
+	if _, err := client.NetworkingV1().IngressClasses().Create(context.Background(), &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: class},
+		Spec: networkingv1.IngressClassSpec{Controller: ingress.ControllerName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
+	})
+	return b, class
+}
+
 // An Ingress of baton's IngressClass, end to end on a real API server and
 // the real binary: its rule served (the Service's port by name, the pods
 // its EndpointSlice names), its TLS host served with its Secret's
@@ -31,9 +60,6 @@ const ingressAddr = "198.18.65.1"
 // live with no handoff.
 func TestIngressEndToEnd(t *testing.T) {
 	ctx := context.Background()
-	if err := addAddr(ingressAddr); err != nil {
-		t.Fatal(err)
-	}
 	ns := newNamespace(t)
 	clusterIP := "198.18.128.40"
 	createService(t, ns, "app", clusterIP)
@@ -47,24 +73,7 @@ func TestIngressEndToEnd(t *testing.T) {
 		Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	b := startBaton(t, fmt.Sprintf(`controlSocket: "@DIR@/run/control.sock"
-readyTimeout: 20s
-workers: 2
-kubernetes:
-  kubeconfig: %s
-ingress:
-  address: %[2]s:80
-  tlsAddress: %[2]s:443
-`, kubeconfig, ingressAddr))
-
-	class := "baton-" + ns
-	if _, err := client.NetworkingV1().IngressClasses().Create(ctx, &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: class},
-		Spec: networkingv1.IngressClassSpec{Controller: ingress.ControllerName}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
-	})
+	b, class := ingressBaton(t, ns, ingressAddr)
 	prefix := networkingv1.PathTypePrefix
 	rule := func(host, p string) networkingv1.IngressRule {
 		return networkingv1.IngressRule{Host: host, IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
@@ -156,30 +165,12 @@ ingress:
 func TestIngressAnnotations(t *testing.T) {
 	ctx := context.Background()
 	const addr = "198.18.65.2"
-	if err := addAddr(addr); err != nil {
-		t.Fatal(err)
-	}
 	ns := newNamespace(t)
 	createService(t, ns, "app", "")
 	createService(t, ns, "next", "")
 	writeSlice(t, ns, "app", []podState{readyPod(startPod(t, "ann-app", "198.18.3.22"))})
 	writeSlice(t, ns, "next", []podState{readyPod(startPod(t, "ann-next", "198.18.3.23"))})
-	b := startBaton(t, fmt.Sprintf(`controlSocket: "@DIR@/run/control.sock"
-readyTimeout: 20s
-kubernetes:
-  kubeconfig: %s
-ingress:
-  address: %[2]s:80
-  tlsAddress: %[2]s:443
-`, kubeconfig, addr))
-	class := "baton-" + ns
-	if _, err := client.NetworkingV1().IngressClasses().Create(ctx, &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: class},
-		Spec: networkingv1.IngressClassSpec{Controller: ingress.ControllerName}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
-	})
+	b, class := ingressBaton(t, ns, addr)
 	create := func(name, host, p string, pt networkingv1.PathType, svc string, annotations ...string) {
 		t.Helper()
 		a := map[string]string{}
@@ -321,9 +312,6 @@ func TestIngressRollout(t *testing.T) {
 		t.Run(map[bool]string{false: "endpoints", true: "service-upstream"}[upstream], func(t *testing.T) {
 			ctx := context.Background()
 			addr := fmt.Sprintf("198.18.65.%d", 10+i)
-			if err := addAddr(addr); err != nil {
-				t.Fatal(err)
-			}
 			ns := newNamespace(t)
 			clusterIP := ""
 			if upstream {
@@ -343,24 +331,7 @@ func TestIngressRollout(t *testing.T) {
 				kp.setNow(state)
 				annotations["ingress.kubernetes.io/service-upstream"] = "true"
 			}
-			b := startBaton(t, fmt.Sprintf(`controlSocket: "@DIR@/run/control.sock"
-readyTimeout: 20s
-drainTimeout: 30s
-workers: 2
-kubernetes:
-  kubeconfig: %s
-ingress:
-  address: %[2]s:80
-  tlsAddress: %[2]s:443
-`, kubeconfig, addr))
-			class := "baton-" + ns
-			if _, err := client.NetworkingV1().IngressClasses().Create(ctx, &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: class},
-				Spec: networkingv1.IngressClassSpec{Controller: ingress.ControllerName}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
-			})
+			b, class := ingressBaton(t, ns, addr)
 			prefix := networkingv1.PathTypePrefix
 			if _, err := client.NetworkingV1().Ingresses(ns).Create(ctx, &networkingv1.Ingress{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop", Annotations: annotations},
