@@ -198,6 +198,11 @@ func routeLatency(b *testing.B, n, idx int) {
 		}
 		lat = append(lat, time.Since(start))
 	}
+	reportLatency(b, lat)
+}
+
+// reportLatency reports the p50, p99 and max of lat, in ms.
+func reportLatency(b *testing.B, lat []time.Duration) {
 	slices.Sort(lat)
 	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
 	b.ReportMetric(q(0.5), "p50-ms")

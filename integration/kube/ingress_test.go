@@ -25,7 +25,7 @@ const ingressAddr = "198.18.65.1"
 // ingressBaton starts baton (two workers) as the Ingress controller of an
 // IngressClass of its own, "baton-"+ns, serving on addr:80 and addr:443,
 // and returns it and the class.
-func ingressBaton(t *testing.T, ns, addr string) (*harness.Baton, string) {
+func ingressBaton(t testing.TB, ns, addr string) (*harness.Baton, string) {
 	t.Helper()
 	if err := addAddr(addr); err != nil {
 		t.Fatal(err)
