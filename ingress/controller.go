@@ -1,12 +1,15 @@
 package ingress
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-proxy/baton/proxy/kube"
@@ -52,6 +55,12 @@ type Controller struct {
 	infs   []cache.SharedIndexInformer
 	synced []cache.InformerSynced
 	notify chan struct{} // capacity 1
+	// world counts the events of Secrets and IngressClasses, from 1
+	// (Snapshot.World).
+	world atomic.Uint64
+	// statuses holds the latest statuses to write (capacity 1: a newer
+	// one replaces it); the status writer writes them.
+	statuses chan statusWork
 
 	// Run's goroutine only: what was served and said last, and the last
 	// translation's good versions of the Ingresses.
@@ -88,7 +97,8 @@ func New(kubeconfig string, cfg Config, sink Sink, log *zap.Logger) (*Controller
 	}
 	codecs := serializer.NewCodecFactory(scheme)
 	c := &Controller{params: runtime.NewParameterCodec(scheme), cfg: cfg, sink: sink, log: log.Named("ingress"),
-		stores: map[string]cache.Store{}, notify: make(chan struct{}, 1), problems: map[string]string{}}
+		stores: map[string]cache.Store{}, notify: make(chan struct{}, 1), problems: map[string]string{}, statuses: make(chan statusWork, 1)}
+	c.world.Store(1)
 	if c.core, err = kube.RESTClient(rc, codecs, "/api", &corev1.SchemeGroupVersion); err != nil {
 		return nil, err
 	}
@@ -97,10 +107,37 @@ func New(kubeconfig string, cfg Config, sink Sink, log *zap.Logger) (*Controller
 	}
 	for _, r := range resources {
 		inf := cache.NewSharedIndexInformer(c.listWatch(r.name, r.network, r.list), r.obj, 0, cache.Indexers{})
+		var changed func(old, cur any)
+		switch r.name {
+		case "ingresses":
+			changed = func(old, cur any) {
+				if !statusOnly(old, cur) {
+					c.changed()
+				}
+			}
+		case "services":
+			// Only the Service that fronts baton matters (its address
+			// goes to the status); no translation reads Services.
+			changed = func(_, cur any) {
+				if svc, ok := cur.(*corev1.Service); ok && svc.Namespace+"/"+svc.Name == cfg.PublishService {
+					c.changed()
+				}
+			}
+		default: // Secrets and IngressClasses: every Ingress's world
+			changed = func(any, any) {
+				c.world.Add(1)
+				c.changed()
+			}
+		}
 		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { c.changed() },
-			UpdateFunc: func(any, any) { c.changed() },
-			DeleteFunc: func(any) { c.changed() },
+			AddFunc:    func(cur any) { changed(nil, cur) },
+			UpdateFunc: changed,
+			DeleteFunc: func(cur any) {
+				if d, ok := cur.(cache.DeletedFinalStateUnknown); ok {
+					cur = d.Obj
+				}
+				changed(nil, cur)
+			},
 		})
 		c.stores[r.name] = inf.GetStore()
 		c.infs = append(c.infs, inf)
@@ -140,6 +177,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	for _, inf := range c.infs {
 		running.Go(func() { inf.RunWithContext(ctx) })
 	}
+	running.Go(func() { c.writeLoop(ctx) })
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("ingress: caches did not sync: %w", ctx.Err())
 	}
@@ -161,7 +199,7 @@ func (c *Controller) reconcile(ctx context.Context) {
 	s := c.snapshot()
 	res := Translate(s, c.cfg.Options)
 	c.good = res.Good
-	if c.served == nil || !reflect.DeepEqual(res.Routing, c.served.Routing) || !reflect.DeepEqual(res.Certificates, c.served.Certificates) {
+	if c.served == nil || !sameServing(res, c.served) {
 		if err := c.sink.Serve(ctx, res); err != nil {
 			c.log.Warn("serving the Ingresses", zap.Error(err))
 			// Served again after the next change, or in a moment.
@@ -171,7 +209,11 @@ func (c *Controller) reconcile(ctx context.Context) {
 		}
 	}
 	c.sayProblems(ctx, res)
-	c.writeStatuses(ctx, s, res)
+	var publish *corev1.Service
+	if c.cfg.PublishService != "" {
+		publish = s.Services[c.cfg.PublishService]
+	}
+	c.queueStatuses(statusWork{ours: res.Ours, want: StatusAddress(c.cfg.Address, publish)})
 	c.log.Debug("reconciled", zap.Duration("took", time.Since(start)), zap.Int("ingresses", len(res.Ours)), zap.Int("rules", len(res.Routing.Rules)))
 }
 
@@ -222,37 +264,96 @@ func (c *Controller) event(ctx context.Context, ing *networkingv1.Ingress, p Pro
 	return c.core.Post().Namespace(ing.Namespace).Resource("events").Body(ev).Do(ctx).Error()
 }
 
-// writeStatuses writes status.loadBalancer of baton's Ingresses whose
-// status differs from the address baton serves them on.
-func (c *Controller) writeStatuses(ctx context.Context, s *Snapshot, res *Result) {
-	var publish *corev1.Service
-	if c.cfg.PublishService != "" {
-		publish = s.Services[c.cfg.PublishService]
+// statusWork is what the status writer writes: the address of baton's
+// Ingresses.
+type statusWork struct {
+	ours []string
+	want []networkingv1.IngressLoadBalancerIngress
+}
+
+// conflictRetry is how long the status writer waits, after a write that
+// conflicted, before a translation queues the statuses again.
+const conflictRetry = 200 * time.Millisecond
+
+// queueStatuses hands w to the status writer, in place of one it has not
+// taken yet.
+func (c *Controller) queueStatuses(w statusWork) {
+	for {
+		select {
+		case c.statuses <- w:
+			return
+		default:
+		}
+		select {
+		case <-c.statuses: // replaced by the newer one
+		default:
+		}
 	}
-	want := StatusAddress(c.cfg.Address, publish)
-	for _, key := range res.Ours {
+}
+
+// writeLoop writes the statuses queued, until ctx ends: apart from the
+// translations, so that a thousand status writes (a thousand Ingresses
+// created) never hold up serving the next change.
+func (c *Controller) writeLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case w := <-c.statuses:
+			if c.writeStatuses(ctx, w) {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(conflictRetry):
+				}
+				c.changed()
+			}
+		}
+	}
+}
+
+// writeStatuses writes status.loadBalancer of the Ingresses whose status
+// differs from w's address; it reports whether a write failed (a
+// conflict: the Ingress changed since the cache had it).
+func (c *Controller) writeStatuses(ctx context.Context, w statusWork) (failed bool) {
+	for _, key := range w.ours {
 		obj, ok, _ := c.stores["ingresses"].GetByKey(key)
 		if !ok {
 			continue
 		}
 		ing := obj.(*networkingv1.Ingress)
-		if slices.EqualFunc(ing.Status.LoadBalancer.Ingress, want, func(a, b networkingv1.IngressLoadBalancerIngress) bool { return reflect.DeepEqual(a, b) }) {
+		if slices.EqualFunc(ing.Status.LoadBalancer.Ingress, w.want, func(a, b networkingv1.IngressLoadBalancerIngress) bool { return reflect.DeepEqual(a, b) }) {
 			continue
 		}
 		up := ing.DeepCopy()
-		up.Status.LoadBalancer.Ingress = want
-		err := c.net.Put().Namespace(up.Namespace).Resource("ingresses").Name(up.Name).SubResource("status").Body(up).Do(ctx).Error()
-		if err != nil {
-			// A conflict: the Ingress changed since, and its event
-			// brings another pass.
+		up.Status.LoadBalancer.Ingress = w.want
+		if err := c.net.Put().Namespace(up.Namespace).Resource("ingresses").Name(up.Name).SubResource("status").Body(up).Do(ctx).Error(); err != nil {
 			c.log.Debug("ingress status", zap.String("ingress", key), zap.Error(err))
+			failed = ctx.Err() == nil
 		}
 	}
+	return failed
+}
+
+// statusOnly reports whether an Ingress update changed only what no
+// translation reads (its status: baton's own writes among them).
+func statusOnly(old, cur any) bool {
+	o, ok1 := old.(*networkingv1.Ingress)
+	n, ok2 := cur.(*networkingv1.Ingress)
+	return ok1 && ok2 && o.Generation == n.Generation && maps.Equal(o.Annotations, n.Annotations)
+}
+
+// sameServing reports whether a and b serve the same: routing lines,
+// backends, certificates.
+func sameServing(a, b *Result) bool {
+	return slices.EqualFunc(a.Lines, b.Lines, bytes.Equal) && reflect.DeepEqual(a.Routing.Backends, b.Routing.Backends) && reflect.DeepEqual(a.Certificates, b.Certificates)
 }
 
 // snapshot copies what the caches hold.
 func (c *Controller) snapshot() *Snapshot {
-	s := &Snapshot{Services: map[string]*corev1.Service{}, Secrets: map[string]*corev1.Secret{}, Good: c.good}
+	// The world first: a change that lands while the caches are read
+	// counts for the next translation, which it triggers.
+	s := &Snapshot{World: c.world.Load(), Services: map[string]*corev1.Service{}, Secrets: map[string]*corev1.Secret{}, Good: c.good}
 	for _, o := range c.stores["ingressclasses"].List() {
 		s.Classes = append(s.Classes, *o.(*networkingv1.IngressClass))
 	}

@@ -10,6 +10,7 @@ package ingress
 import (
 	"cmp"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -22,6 +23,7 @@ import (
 	"github.com/baton-proxy/baton/proxy/route"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ControllerName is the spec.controller of baton's IngressClasses.
@@ -55,16 +57,35 @@ type Snapshot struct {
 	Services map[string]*corev1.Service
 	Secrets  map[string]*corev1.Secret
 	// Good are the last Result's: an Ingress refused (a value that does
-	// not parse) serves its last good version.
+	// not parse) serves its last good version, and one whose object and
+	// world are as they were is not translated again.
 	Good map[string]*Translation
+	// World counts the changes of what an Ingress's translation reads
+	// besides the Ingress (Secrets, IngressClasses); 0 keeps nothing.
+	World uint64
 }
 
-// Translation is what one Ingress became: its rules, the backends they
-// name, its certificates.
+// Translation is what one Ingress became: its rules (and their lines of
+// the routing payload, config.RoutingPayload), the backends they name, its
+// certificates, what it could not serve as asked; and what it was made
+// from, for the next Translate.
 type Translation struct {
 	rules    []route.Rule[string]
+	lines    [][]byte
 	backends []config.Backend
 	certs    []Certificate
+	problems []Problem
+
+	uid         types.UID
+	gen         int64
+	annotations map[string]string
+	world       uint64
+	canaries    string // the canaries it took: their keys and versions
+}
+
+// current reports whether tr was made from ing, in world, with canaries.
+func (tr *Translation) current(ing *networkingv1.Ingress, world uint64, canaries string) bool {
+	return world != 0 && tr.world == world && tr.uid == ing.UID && tr.gen == ing.Generation && tr.canaries == canaries && maps.Equal(tr.annotations, ing.Annotations)
 }
 
 // Options are the controller's settings (the config's ingress section).
@@ -89,6 +110,8 @@ type Result struct {
 	// Problems are what could not be served as asked, by Ingress: each
 	// said once per change (a log line, an Event).
 	Problems map[string][]Problem
+	// Lines are Routing.Rules encoded, a line each (config.RoutingPayload).
+	Lines [][]byte
 	// Good are the Ingresses' translations, for the next Snapshot.
 	Good map[string]*Translation
 }
@@ -147,7 +170,16 @@ func Translate(s *Snapshot, opts Options) *Result {
 		opt[ing] = o
 	}
 	for _, ing := range mains {
-		t.ingress(ing, opt[ing])
+		key := ing.Namespace + "/" + ing.Name
+		sig := t.canarySig(ing)
+		if tr := s.Good[key]; tr != nil && tr.current(ing, s.World, sig) {
+			t.keep(key, tr)
+			for _, p := range tr.problems {
+				t.res.Problems[key] = append(t.res.Problems[key], p)
+			}
+			continue
+		}
+		t.ingress(ing, opt[ing], sig)
 	}
 	for _, k := range slices.Sorted(maps.Keys(t.canaries)) {
 		if c := t.canaries[k]; !c.used {
@@ -169,10 +201,29 @@ func (t *translator) refuse(ing *networkingv1.Ingress, err error) {
 	t.problem(ing, ReasonInvalid, "%v: %s", err, what)
 }
 
+// canarySig names the canaries ing's paths take (marking them used), for
+// Translation.current: a change of one translates ing again.
+func (t *translator) canarySig(ing *networkingv1.Ingress) string {
+	var b strings.Builder
+	for _, rule := range ing.Spec.Rules {
+		if rule.HTTP == nil {
+			continue
+		}
+		for _, p := range rule.HTTP.Paths {
+			if c := t.canaries[canaryKey(strings.ToLower(rule.Host), &p)]; c != nil {
+				c.used = true
+				fmt.Fprintf(&b, "%s/%s@%s;", c.ing.Namespace, c.ing.Name, c.ing.ResourceVersion)
+			}
+		}
+	}
+	return b.String()
+}
+
 // keep adds tr, the translation of the Ingress key, to the result.
 func (t *translator) keep(key string, tr *Translation) {
 	t.res.Good[key] = tr
 	t.res.Routing.Rules = append(t.res.Routing.Rules, tr.rules...)
+	t.res.Lines = append(t.res.Lines, tr.lines...)
 	for _, b := range tr.backends {
 		if !t.backends[b.Name] {
 			t.backends[b.Name] = true
@@ -236,7 +287,11 @@ type translator struct {
 // problem notes what of ing could not be served as asked.
 func (t *translator) problem(ing *networkingv1.Ingress, reason, format string, args ...any) {
 	k := ing.Namespace + "/" + ing.Name
-	t.res.Problems[k] = append(t.res.Problems[k], Problem{Reason: reason, Message: fmt.Sprintf(format, args...)})
+	p := Problem{Reason: reason, Message: fmt.Sprintf(format, args...)}
+	t.res.Problems[k] = append(t.res.Problems[k], p)
+	if t.cur != nil {
+		t.cur.problems = append(t.cur.problems, p) // said again when the translation is kept
+	}
 }
 
 // canary is a canary Ingress (ingress-nginx's canary annotations): it
@@ -259,7 +314,10 @@ func canaryKey(host string, p *networkingv1.HTTPIngressPath) string {
 func (t *translator) addCanary(ing *networkingv1.Ingress, o options) {
 	key := ing.Namespace + "/" + ing.Name
 	t.cur = &Translation{}
-	defer func() { t.keep(key, t.cur) }() // its backends (and certificates)
+	defer func() { // its backends (and certificates)
+		t.keep(key, t.cur)
+		t.cur = nil
+	}()
 	for _, tl := range ing.Spec.TLS {
 		t.certificate(ing, tl.SecretName)
 	}
@@ -281,9 +339,10 @@ func (t *translator) addCanary(ing *networkingv1.Ingress, o options) {
 
 // ingress adds ing's rules, default backend and certificates, as its
 // options ask.
-func (t *translator) ingress(ing *networkingv1.Ingress, o options) {
+func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries string) {
 	key := ing.Namespace + "/" + ing.Name
-	t.cur = &Translation{}
+	t.cur = &Translation{uid: ing.UID, gen: ing.Generation, annotations: ing.Annotations, world: t.s.World, canaries: canaries}
+	defer func() { t.cur = nil }()
 	tlsHosts := map[string]bool{}
 	for _, tl := range ing.Spec.TLS {
 		for _, h := range tl.Hosts {
@@ -369,6 +428,7 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options) {
 			if o.regex() && pathType(&p) != networkingv1.PathTypeExact {
 				v, err := regexPath(p.Path)
 				if err != nil {
+					t.cur = nil
 					t.refuse(ing, fmt.Errorf("rule %d path %d: %w", ri, pi, err))
 					return
 				}
@@ -402,6 +462,13 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options) {
 			}
 			add(what, host, m, []route.Backend[string]{{Target: name, Weight: c.o.canaryTotal - c.o.canaryWeight}, {Target: c.backend, Weight: c.o.canaryWeight}}, nil)
 		}
+	}
+	for i := range t.cur.rules {
+		line, err := json.Marshal(&t.cur.rules[i])
+		if err != nil { // no value of a rule's types fails to encode
+			panic(fmt.Sprintf("ingress: encode rule %s: %v", t.cur.rules[i].Name, err))
+		}
+		t.cur.lines = append(t.cur.lines, line)
 	}
 	t.keep(key, t.cur)
 }

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 var opts = Options{HTTPListener: "http", HTTPSListener: "https", HTTPSPort: 443}
@@ -299,4 +300,43 @@ func TestUnimplementedAnnotationsSaid(t *testing.T) {
 	if got := routeTo(t, res, "http", "a.example", "/"); got != "k8s/shop/web:80" {
 		t.Errorf("the rest of the Ingress: %s", got)
 	}
+}
+
+// An Ingress whose object (UID, generation, annotations), world (Secrets,
+// IngressClasses) and canaries are as they were is not translated again:
+// its translation, lines and problems are kept; one that changed is.
+func TestTranslationKept(t *testing.T) {
+	a := annotatedIngress("a", "a.example", "configuration-snippet", "x")
+	b := annotatedIngress("b", "b.example")
+	s := &Snapshot{Classes: []networkingv1.IngressClass{class("baton", ControllerName, false)}, Ingresses: []networkingv1.Ingress{a, b}, World: 1}
+	first := Translate(s, opts)
+	s.Good = first.Good
+	b.Annotations = map[string]string{nginxPrefix + "proxy-body-size": "1m"}
+	s.Ingresses = []networkingv1.Ingress{a, b}
+	second := Translate(s, opts)
+	if second.Good["shop/a"] != first.Good["shop/a"] {
+		t.Error("an unchanged Ingress was translated again")
+	}
+	if second.Good["shop/b"] == first.Good["shop/b"] {
+		t.Error("an Ingress whose annotations changed was kept")
+	}
+	if p := second.Problems["shop/a"]; len(p) != 1 {
+		t.Errorf("the kept Ingress's problems: %+v", p)
+	}
+	if len(second.Lines) != len(second.Routing.Rules) || len(second.Lines) != 4 {
+		t.Errorf("%d lines for %d rules", len(second.Lines), len(second.Routing.Rules))
+	}
+	s.Good, s.World = second.Good, 2 // a Secret changed
+	if third := Translate(s, opts); third.Good["shop/a"] == second.Good["shop/a"] {
+		t.Error("an Ingress kept across a change of its world")
+	}
+}
+
+func annotatedIngress(name, host string, kv ...string) networkingv1.Ingress {
+	i := ing(name, ptr("baton"), host, path("/", networkingv1.PathTypePrefix, "web"))
+	i.UID, i.Generation = types.UID("uid-"+name), 1
+	if len(kv) > 0 {
+		i.Annotations = map[string]string{nginxPrefix + kv[0]: kv[1]}
+	}
+	return i
 }

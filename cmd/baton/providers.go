@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"reflect"
@@ -184,16 +183,7 @@ type ingressSink struct {
 
 // Serve serves res's routing, and the listeners with its certificates.
 func (s ingressSink) Serve(ctx context.Context, res *ingress.Result) error {
-	r := res.Routing
-	lines := make([][]byte, 0, len(r.Rules))
-	for i := range r.Rules {
-		line, err := json.Marshal(&r.Rules[i]) // a line of config.RoutingPayload
-		if err != nil {
-			return fmt.Errorf("ingress routing rule %s: %w", r.Rules[i].Name, err)
-		}
-		lines = append(lines, line)
-	}
-	return s.p.serve(config.ProviderIngress, s.listeners(res.Certificates), providerRouting{r.Backends, lines})
+	return s.p.serve(config.ProviderIngress, s.listeners(res.Certificates), providerRouting{res.Routing.Backends, res.Lines})
 }
 
 func (s ingressSink) listeners(certs []ingress.Certificate) []config.Listener {
