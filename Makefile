@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: bench-gateway all build run test testdeps kubebin h2spec vet fmt-check fuzz bench attacks bench-kube conformance image clean
+.PHONY: bench-gateway bench-ingress all build run test testdeps kubebin h2spec vet fmt-check fuzz bench attacks bench-kube conformance image clean
 
 all: build
 
@@ -72,16 +72,23 @@ fuzz:
 
 # Side by side with nginx and HAProxy (installed from Debian's packages when
 # missing); writes docs/benchmarks.md, then its Gateway API section
-# (bench-gateway). BENCH_QUICK=1 for a short run.
+# (bench-gateway), then its Ingress section (bench-ingress). BENCH_QUICK=1 for a short run.
 bench: kubebin
 	./scripts/bench.sh
 	./scripts/bench-gateway.sh
+	./scripts/bench-ingress.sh
 
 # The Gateway API's figures on a real API server: a route change to
 # routing with 1, 100 and 1,000 HTTPRoutes, churn under load, memory;
 # written into docs/benchmarks.md.
 bench-gateway: kubebin
 	./scripts/bench-gateway.sh
+
+# The Ingress controller's figures on a real API server: 1,000 Ingresses,
+# a change to routing, 500 changes under load beside nginx reloaded as
+# many times; written into docs/benchmarks.md.
+bench-ingress: kubebin
+	./scripts/bench-ingress.sh
 
 # The HTTP/2 and slow-client attacks (Rapid Reset, MadeYouReset, clients
 # that hang up, a dripped header block) against baton and nginx; writes

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/latest"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -205,26 +206,10 @@ func (c *Controller) reconcile(ctx context.Context) {
 	c.last = res
 	c.mu.Unlock()
 	if c.elector.Leader() {
-		c.queueStatuses(statusWork{s, res, serveErr})
+		latest.Put(c.statuses, statusWork{s, res, serveErr})
 	}
 	c.log.Debug("reconciled", zap.Duration("took", time.Since(start)), zap.Int("listeners", len(res.Listeners)),
 		zap.Int("rules", len(res.Routing.Rules)))
-}
-
-// queueStatuses hands w to the status writer, in place of one it has not
-// taken yet.
-func (c *Controller) queueStatuses(w statusWork) {
-	for {
-		select {
-		case c.statuses <- w:
-			return
-		default:
-		}
-		select {
-		case <-c.statuses: // replaced by the newer one
-		default:
-		}
-	}
 }
 
 // writeLoop writes the statuses of each translation queued, until ctx

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/latest"
 	"github.com/baton-proxy/baton/proxy/kube"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -213,7 +214,7 @@ func (c *Controller) reconcile(ctx context.Context) {
 	if c.cfg.PublishService != "" {
 		publish = s.Services[c.cfg.PublishService]
 	}
-	c.queueStatuses(statusWork{ours: res.Ours, want: StatusAddress(c.cfg.Address, publish)})
+	latest.Put(c.statuses, statusWork{ours: res.Ours, want: StatusAddress(c.cfg.Address, publish)})
 	c.log.Debug("reconciled", zap.Duration("took", time.Since(start)), zap.Int("ingresses", len(res.Ours)), zap.Int("rules", len(res.Routing.Rules)))
 }
 
@@ -274,22 +275,6 @@ type statusWork struct {
 // conflictRetry is how long the status writer waits, after a write that
 // conflicted, before a translation queues the statuses again.
 const conflictRetry = 200 * time.Millisecond
-
-// queueStatuses hands w to the status writer, in place of one it has not
-// taken yet.
-func (c *Controller) queueStatuses(w statusWork) {
-	for {
-		select {
-		case c.statuses <- w:
-			return
-		default:
-		}
-		select {
-		case <-c.statuses: // replaced by the newer one
-		default:
-		}
-	}
-}
 
 // writeLoop writes the statuses queued, until ctx ends: apart from the
 // translations, so that a thousand status writes (a thousand Ingresses

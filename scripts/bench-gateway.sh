@@ -71,15 +71,6 @@ block=$(mktemp)
 	echo "$end"
 } > "$block"
 
-touch "$out"
-if ! grep -qF "$begin" "$out"; then
-	printf '\n%s\n%s\n' "$begin" "$end" >> "$out"
-fi
-awk -v begin="$begin" -v end="$end" -v blockfile="$block" '
-	$0 == begin { while ((getline line < blockfile) > 0) print line; skip = 1; next }
-	$0 == end { skip = 0; next }
-	!skip { print }
-' "$out" > "$out.new"
-mv "$out.new" "$out"
+./scripts/section.sh "$out" gateway "$block"
 rm -f "$block"
 echo "wrote the Gateway API section of $out"
