@@ -40,6 +40,7 @@ type options struct {
 	forwardedPrefix string
 
 	access *route.Access // the source ranges; nil: any client
+	cors   *route.CORS   // enable-cors; nil: none
 
 	affinityCookie string // "": no affinity
 	hashHeader     string // upstream-hash-by $http_NAME
@@ -60,6 +61,8 @@ var implemented = map[string]bool{
 	"backend-protocol": true, "proxy-connect-timeout": true, "proxy-read-timeout": true, "proxy-body-size": true,
 	"upstream-vhost": true, "x-forwarded-prefix": true,
 	"affinity": true, "session-cookie-name": true, "upstream-hash-by": true,
+	"enable-cors": true, "cors-allow-origin": true, "cors-allow-methods": true, "cors-allow-headers": true,
+	"cors-expose-headers": true, "cors-allow-credentials": true, "cors-max-age": true,
 	"whitelist-source-range": true, "allowlist-source-range": true, "denylist-source-range": true,
 	"canary": true, "canary-weight": true, "canary-weight-total": true, "canary-by-header": true, "canary-by-header-value": true, "canary-by-cookie": true,
 }
@@ -211,6 +214,48 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 	if deny := ranges("denylist-source-range"); len(allow) > 0 || len(deny) > 0 {
 		o.access = &route.Access{Allow: allow, Deny: deny}
 	}
+	intIn := func(name string, lo, hi int, into *int) {
+		if v, ok := get(name); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < lo || n > hi {
+				bad(name, "%q is not a whole number from %d to %d", v, lo, hi)
+				return
+			}
+			*into = n
+		}
+	}
+	enableCORS := false
+	boolean("enable-cors", &enableCORS)
+	if enableCORS {
+		// ingress-nginx's defaults.
+		c := &route.CORS{AllowOrigins: []string{"*"}, AllowMethods: "GET, PUT, POST, DELETE, PATCH, OPTIONS",
+			AllowHeaders:     "DNT,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,Cache-Control,Content-Type,Range,Authorization",
+			AllowCredentials: true, MaxAge: 1728000}
+		if v, ok := get("cors-allow-origin"); ok {
+			c.AllowOrigins = nil
+			for _, o := range strings.Split(v, ",") {
+				o = strings.TrimSpace(o)
+				if o != "*" && !validOrigin(o) {
+					bad("cors-allow-origin", "%q is not an origin (scheme://host[:port]) or *", o)
+				}
+				c.AllowOrigins = append(c.AllowOrigins, o)
+			}
+		}
+		for _, f := range []struct {
+			name string
+			into *string
+		}{{"cors-allow-methods", &c.AllowMethods}, {"cors-allow-headers", &c.AllowHeaders}, {"cors-expose-headers", &c.ExposeHeaders}} {
+			if v, ok := get(f.name); ok {
+				if strings.ContainsAny(v, "\r\n\x00") {
+					bad(f.name, "%q holds a control character", v)
+				}
+				*f.into = strings.TrimSpace(v)
+			}
+		}
+		boolean("cors-allow-credentials", &c.AllowCredentials)
+		intIn("cors-max-age", 0, 1<<31-1, &c.MaxAge)
+		o.cors = c
+	}
 	if v, ok := get("affinity"); ok {
 		if v != "cookie" {
 			bad("affinity", "%q: only cookie", v)
@@ -229,16 +274,6 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 			unknown = append(unknown, "upstream-hash-by "+v+" (only $http_<header> is served)")
 		} else {
 			o.hashHeader = strings.ReplaceAll(h, "_", "-")
-		}
-	}
-	intIn := func(name string, lo, hi int, into *int) {
-		if v, ok := get(name); ok {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < lo || n > hi {
-				bad(name, "%q is not a whole number from %d to %d", v, lo, hi)
-				return
-			}
-			*into = n
 		}
 	}
 	intIn("canary-weight-total", 1, 1_000_000, &o.canaryTotal)
@@ -304,6 +339,13 @@ func validTemplate(v string) bool {
 		return false
 	}
 	return !strings.ContainsAny(v, " \t\r\n?#")
+}
+
+// validOrigin reports whether o is a CORS origin: http or https, a host,
+// perhaps a port, nothing else.
+func validOrigin(o string) bool {
+	u, err := url.Parse(o)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.Path == "" && u.RawQuery == "" && u.User == nil && validHostValue(u.Host)
 }
 
 func validHostValue(h string) bool {

@@ -481,6 +481,7 @@ func (o *options) filters(r *route.Rule[string]) {
 			r.Filters.Rewrite.Path = &route.PathModifier{Regex: true, Value: o.rewriteTarget}
 		}
 	}
+	r.Filters.CORS = o.cors
 	if o.forwardedPrefix != "" {
 		r.Filters.RequestHeaders = &route.HeaderModifier{Set: []route.Header{{Name: "X-Forwarded-Prefix", Value: o.forwardedPrefix}}}
 	}

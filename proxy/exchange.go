@@ -26,13 +26,14 @@ type requestSender interface {
 // route finds the rule of a request parsed into req and picks its backend
 // into rt, then the endpoints, and prepares the balancer's attempt (sticky
 // cookie, hash header). A status other than 0 is the answer when nothing
-// can serve it: routeRedirect (the rule redirects: rt's location), 404
+// can serve it: routeRedirect (the rule redirects: rt's location),
+// routePreflight (a CORS preflight, which baton answers), 404
 // (no rule), 403 (the rule's Access refuses the client), 500 (the rule's share of a backend that
 // cannot be reached, as the Gateway API asks), 413 (a body over the
 // rule's limit, known from its length), 503 (the backend has no
 // endpoint).
 func (p *Proxy) route(listener string, client netip.Addr, req *h1.Request, rt *routed, a *attempt, e *accessEntry) (set *endpointSet, status int) {
-	*rt = routed{path: rt.path}
+	*rt = routed{path: rt.path, cors: rt.cors}
 	r := route.Request{Host: req.Authority, Path: req.MatchPath(), Method: req.Method, Query: req.Query, Fields: req}
 	rule, matched := p.routes.Load().Match(listener, &r)
 	if rule == nil {
@@ -41,6 +42,9 @@ func (p *Proxy) route(listener string, client netip.Addr, req *h1.Request, rt *r
 	rt.rule, rt.matched = rule, matched
 	if rule.Access != nil && !rule.Access.Allows(client) {
 		return nil, 403
+	}
+	if rule.Filters.CORS != nil && string(req.Method) == "OPTIONS" {
+		return nil, routePreflight
 	}
 	if rule.Filters.Redirect != nil {
 		return nil, routeRedirect

@@ -433,6 +433,8 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 	case 0:
 	case routeRedirect:
 		return hc.redirect(rt)
+	case routePreflight:
+		return hc.preflight(rt)
 	case 413:
 		return hc.errorResponse(413, true) // before 100 Continue: the body never comes
 	case 503:
@@ -662,6 +664,7 @@ func (hc *h1conn) forwardResponse(uc *upConn, rt *routed) bool {
 	keep := !req.Close && !untilEOF && !decode && !p.draining.Load() && !hc.lastRequest()
 	hc.closeAsked = req.Close && !req.HasBody()
 
+	hc.extra = rt.appendCORS(hc.extra, req.Field("origin"), false)
 	out := h1.ResponseOut{Body: h1.Framing{Length: resp.ContentLength, Chunked: resp.Chunked}, Extra: hc.extra}
 	if e := rt.rule.ResponseEdit; e != nil {
 		out.Edit = e
@@ -886,6 +889,7 @@ var statusText = map[int]string{
 	500: "Internal Server Error",
 	400: "Bad Request",
 	403: "Forbidden",
+	204: "No Content",
 	404: "Not Found",
 	405: "Method Not Allowed",
 	413: "Content Too Large",
@@ -907,6 +911,25 @@ func (hc *h1conn) redirect(rt *routed) bool {
 		scheme = "https"
 	}
 	status := rt.rule.Filters.Redirect.Status()
+	hc.extra = append(hc.extra[:0], "Location: "...)
+	hc.extra = rt.location(hc.extra, &hc.req, scheme, localPort(hc.c))
+	hc.extra = append(hc.extra, "\r\nContent-Length: 0\r\n"...)
+	return hc.answer(status, hc.extra)
+}
+
+// preflight answers a CORS preflight of a rule with CORS (204, the Allow
+// headers, no body), as ingress-nginx's enable-cors does; the connection
+// goes on unless a body of the request's is left unread.
+func (hc *h1conn) preflight(rt *routed) bool {
+	hc.extra = rt.appendCORS(hc.extra[:0], hc.req.Field("origin"), true)
+	return hc.answer(204, hc.extra)
+}
+
+// answer writes a bodiless answer of baton's own: status and the header
+// lines fields (each ending in CRLF). It reports whether the connection
+// goes on: not when a body of the request's is left unread, the client
+// asked to close, or the worker drains.
+func (hc *h1conn) answer(status int, fields []byte) bool {
 	hc.entry.status = status
 	closeConn := hc.req.HasBody() || hc.req.Close || hc.f.p.draining.Load() || hc.lastRequest()
 	w := hc.bw
@@ -915,10 +938,8 @@ func (hc *h1conn) redirect(rt *routed) bool {
 	w.WriteString(strconv.Itoa(status))
 	w.WriteByte(' ')
 	w.WriteString(statusText[status])
-	w.WriteString("\r\nLocation: ")
-	hc.extra = rt.location(hc.extra[:0], &hc.req, scheme, localPort(hc.c))
-	w.Write(hc.extra)
-	w.WriteString("\r\nContent-Length: 0\r\n")
+	w.WriteString("\r\n")
+	w.Write(fields)
 	if closeConn {
 		w.WriteString("Connection: close\r\n")
 	}

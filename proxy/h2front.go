@@ -171,6 +171,9 @@ func (x *h2exchange) serve() {
 	case routeRedirect:
 		x.redirect(rt)
 		return
+	case routePreflight:
+		x.preflight(rt, req)
+		return
 	case 503:
 		x.cl.f.noEndpoint(rt)
 		fallthrough
@@ -487,6 +490,12 @@ func (x *h2exchange) forwardResponse(uc *upConn, rt *routed) {
 	if len(x.cookie) > 0 {
 		hb.AddString("set-cookie", x.cookie)
 	}
+	if c := rt.rule.Filters.CORS; c != nil {
+		rt.cors = c.AppendFields(rt.cors[:0], req.Field("origin"), false)
+		for _, f := range rt.cors {
+			hb.Add(f.Name, f.Value)
+		}
+	}
 	x.entry.status = resp.Status
 	var err error
 	sent := false
@@ -536,6 +545,18 @@ func (x *h2exchange) redirect(rt *routed) {
 }
 
 var zero = []byte("0")
+
+// preflight answers a CORS preflight of a rule with CORS (204, the Allow
+// headers), as h1conn's.
+func (x *h2exchange) preflight(rt *routed, req *h1.Request) {
+	x.entry.status = 204
+	hb := x.s.StartResponse(204)
+	rt.cors = rt.rule.Filters.CORS.AppendFields(rt.cors[:0], req.Field("origin"), true)
+	for _, f := range rt.cors {
+		hb.Add(f.Name, f.Value)
+	}
+	x.s.SendHeaders(true)
+}
 
 // errorResponse answers with a short error of baton's own, as h1conn's.
 func (x *h2exchange) errorResponse(status int) {

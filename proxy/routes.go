@@ -30,6 +30,9 @@ type routed struct {
 	deadline time.Time
 	// mirrored: the request's copies went to the rule's mirrors.
 	mirrored bool
+	// cors holds the CORS fields of a response (a buffer kept from one
+	// request to the next).
+	cors []route.Field
 }
 
 // headDeadline sets uc's read deadline for the response head of an
@@ -58,8 +61,30 @@ func (rt *routed) expired(now time.Time) bool {
 	return !rt.deadline.IsZero() && !now.Before(rt.deadline)
 }
 
-// routeRedirect is the status route gives a request its rule redirects.
-const routeRedirect = -1
+// routeRedirect is the status route gives a request its rule redirects;
+// routePreflight a CORS preflight, which baton answers itself (204).
+const (
+	routeRedirect  = -1
+	routePreflight = -2
+)
+
+// appendCORS appends to dst the CORS header lines of rt's rule, if it has
+// CORS, for a response to a request from origin (preflight: the answer
+// to a preflight).
+func (rt *routed) appendCORS(dst, origin []byte, preflight bool) []byte {
+	c := rt.rule.Filters.CORS
+	if c == nil {
+		return dst
+	}
+	rt.cors = c.AppendFields(rt.cors[:0], origin, preflight)
+	for _, f := range rt.cors {
+		dst = append(dst, f.Name...)
+		dst = append(dst, ": "...)
+		dst = append(dst, f.Value...)
+		dst = append(dst, "\r\n"...)
+	}
+	return dst
+}
 
 // forwarded adds what the rule changes on the way upstream to fwd: its
 // header filter, the rewritten path and host. req is the request.

@@ -26,7 +26,7 @@ run 'IngressChurn' 1x
 # value NAME UNIT: a figure of benchmark NAME's line.
 value() {
 	awk -v want="$1" -v unit="$2" '$1 ~ "^Benchmark" want "(-[0-9]+)?$" {
-		for (i = 3; i < NF; i += 2) if ($(i+1) == unit) print $i
+		for (i = 3; i < NF; i += 2) if ($(i+1) == unit) printf "%g\n", $i
 	}' "$log"
 }
 

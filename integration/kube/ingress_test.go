@@ -158,7 +158,7 @@ func TestIngressEndToEnd(t *testing.T) {
 // kubernetes/ingress-nginx defines it: rewrite-target with capture
 // groups, permanent-redirect, app-root, upstream-vhost,
 // x-forwarded-prefix, proxy-body-size, canary-by-header, the source
-// ranges; an annotation
+// ranges, enable-cors; an annotation
 // baton does not implement is an Event on its Ingress, the rest served;
 // an invalid value is an Event too, and the Ingress's last good version
 // serves on. None of it is a handoff.
@@ -195,6 +195,7 @@ func TestIngressAnnotations(t *testing.T) {
 		"proxy-body-size", "1k", "configuration-snippet", "more_set_headers \"X: y\";")
 	create("main", "can.example", "/", prefix, "app")
 	create("canary", "can.example", "/", prefix, "next", "canary", "true", "canary-by-header", "X-Canary")
+	create("cors", "cors.example", "/", prefix, "app", "enable-cors", "true", "cors-allow-origin", "https://app.example, https://admin.example")
 	// The client is on 198.18.0.0/15 (the test's addresses).
 	create("denied", "deny.example", "/", prefix, "app", "denylist-source-range", "198.18.0.0/15")
 	create("outside", "allow.example", "/", prefix, "app", "allowlist-source-range", "10.0.0.0/8")
@@ -256,6 +257,21 @@ func TestIngressAnnotations(t *testing.T) {
 		if got := do("GET", "can.example", "/", "", "X-Canary", hdr).Header.Get("X-Backend"); got != want {
 			t.Errorf("canary-by-header X-Canary %q: %s, want %s", hdr, got, want)
 		}
+	}
+	// enable-cors: a preflight answered 204 by baton with the Allow
+	// headers (ingress-nginx's defaults); the response of an allowed
+	// origin gets its Allow-Origin; another origin gets none.
+	if r := do("OPTIONS", "cors.example", "/", "", "Origin", "https://app.example", "Access-Control-Request-Method", "PUT"); r.StatusCode != 204 ||
+		r.Header.Get("Access-Control-Allow-Origin") != "https://app.example" || r.Header.Get("Access-Control-Allow-Methods") != "GET, PUT, POST, DELETE, PATCH, OPTIONS" ||
+		r.Header.Get("Access-Control-Max-Age") != "1728000" || r.Header.Get("X-Backend") != "" {
+		t.Errorf("CORS preflight: %d %v", r.StatusCode, r.Header)
+	}
+	if r := do("GET", "cors.example", "/", "", "Origin", "https://admin.example"); r.StatusCode != 200 || r.Header.Get("Access-Control-Allow-Origin") != "https://admin.example" ||
+		r.Header.Get("Access-Control-Allow-Credentials") != "true" || r.Header.Get("X-Backend") != "ann-app" {
+		t.Errorf("CORS response: %d %v", r.StatusCode, r.Header)
+	}
+	if r := do("GET", "cors.example", "/", "", "Origin", "https://evil.example"); r.StatusCode != 200 || r.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("CORS, an origin not allowed: %d %v", r.StatusCode, r.Header)
 	}
 	// Source ranges: 403 to a client they do not allow.
 	for host, want := range map[string]int{"deny.example": 403, "allow.example": 403, "allowed.example": 200} {

@@ -206,6 +206,16 @@ func checkFilters[B any](f *Filters[B]) error {
 			}
 		}
 	}
+	if c := f.CORS; c != nil {
+		for _, v := range append([]string{c.AllowMethods, c.AllowHeaders, c.ExposeHeaders}, c.AllowOrigins...) {
+			if !validValue(v) {
+				return fmt.Errorf("cors: %q holds a control character or surrounding space", v)
+			}
+		}
+		if c.MaxAge < 0 {
+			return fmt.Errorf("cors: max age %d", c.MaxAge)
+		}
+	}
 	check := func(what, host string, pm *PathModifier) error {
 		if host != "" && !validHost(host) {
 			return fmt.Errorf("%s hostname %q is not a host name", what, host)

@@ -16,6 +16,9 @@ package route
 import (
 	"net/netip"
 	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -192,6 +195,77 @@ type Filters[B any] struct {
 	Rewrite *Rewrite `json:",omitzero"`
 	// Mirrors get a copy of each request (their answers are dropped).
 	Mirrors []Mirror[B] `json:",omitzero"`
+	// CORS answers cross-origin requests (ingress-nginx's enable-cors).
+	CORS *CORS `json:",omitzero"`
+}
+
+// CORS is how a rule answers cross-origin requests, as ingress-nginx's
+// enable-cors does: an OPTIONS request (a preflight) is answered 204 by
+// baton with the Allow headers; every other response gets
+// Access-Control-Allow-Origin (and -Allow-Credentials, -Expose-Headers).
+type CORS struct {
+	// AllowOrigins are the origins allowed ("https://a.example"), or "*"
+	// for any; none: any. An Origin not allowed gets no CORS header.
+	AllowOrigins []string `json:",omitzero"`
+	// AllowMethods and AllowHeaders answer a preflight; ExposeHeaders
+	// goes on other responses when set. Comma-separated lists.
+	AllowMethods, AllowHeaders, ExposeHeaders string `json:",omitzero"`
+	AllowCredentials                          bool   `json:",omitzero"`
+	// MaxAge is how long a preflight's answer may be cached, in seconds.
+	MaxAge int `json:",omitzero"`
+}
+
+// AllowOrigin is the Access-Control-Allow-Origin of a request from
+// origin: "*" when any is allowed, origin itself when it is one of
+// AllowOrigins, else nil (no CORS header). "*" stays "*" with credentials
+// allowed, as in ingress-nginx: a browser then sends no credentials, where
+// echoing every origin would let any site make credentialed requests.
+func (c *CORS) AllowOrigin(origin []byte) []byte {
+	if len(c.AllowOrigins) == 0 || slices.Contains(c.AllowOrigins, "*") {
+		return star
+	}
+	for _, o := range c.AllowOrigins {
+		if len(origin) > 0 && strings.EqualFold(o, string(origin)) {
+			return origin
+		}
+	}
+	return nil
+}
+
+var star = []byte("*")
+
+// AppendFields appends to dst the CORS header fields (names in lower
+// case) of a response to a request from origin; preflight adds those of a
+// preflight's answer.
+func (c *CORS) AppendFields(dst []Field, origin []byte, preflight bool) []Field {
+	allow := c.AllowOrigin(origin)
+	if allow == nil {
+		return dst
+	}
+	add := func(name, value string) { dst = append(dst, Field{Name: []byte(name), Value: []byte(value)}) }
+	dst = append(dst, Field{Name: []byte("access-control-allow-origin"), Value: allow})
+	if string(allow) != "*" {
+		add("vary", "Origin")
+	}
+	if c.AllowCredentials {
+		add("access-control-allow-credentials", "true")
+	}
+	if !preflight {
+		if c.ExposeHeaders != "" {
+			add("access-control-expose-headers", c.ExposeHeaders)
+		}
+		return dst
+	}
+	if c.AllowMethods != "" {
+		add("access-control-allow-methods", c.AllowMethods)
+	}
+	if c.AllowHeaders != "" {
+		add("access-control-allow-headers", c.AllowHeaders)
+	}
+	if c.MaxAge > 0 {
+		add("access-control-max-age", strconv.Itoa(c.MaxAge))
+	}
+	return dst
 }
 
 // HeaderModifier sets, adds and removes header fields (HTTPHeaderFilter):
@@ -260,7 +334,7 @@ func Resolve[A, B any](r Rule[A], find func(A) (B, bool)) Rule[B] {
 	out := Rule[B]{
 		Name: r.Name, Listener: r.Listener, Hostnames: r.Hostnames, OneLabel: r.OneLabel, Matches: r.Matches,
 		MaxBodySize: r.MaxBodySize, BufferRequestBody: r.BufferRequestBody, Order: r.Order, Timeouts: r.Timeouts, Access: r.Access,
-		Filters: Filters[B]{RequestHeaders: r.Filters.RequestHeaders, ResponseHeaders: r.Filters.ResponseHeaders, Redirect: r.Filters.Redirect, Rewrite: r.Filters.Rewrite},
+		Filters: Filters[B]{RequestHeaders: r.Filters.RequestHeaders, ResponseHeaders: r.Filters.ResponseHeaders, Redirect: r.Filters.Redirect, Rewrite: r.Filters.Rewrite, CORS: r.Filters.CORS},
 	}
 	for _, b := range r.Backends {
 		t, ok := find(b.Target)

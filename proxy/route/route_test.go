@@ -438,3 +438,42 @@ func TestAccess(t *testing.T) {
 		t.Error("an unknown address allowed by an allow list")
 	}
 }
+
+// CORS as ingress-nginx's enable-cors answers (annotations.md, "Enable
+// CORS"; the Fetch standard's CORS protocol): an allowed origin is echoed
+// (with Vary: Origin), one not allowed gets no CORS field at all, "*"
+// stays "*" even with credentials (so a browser sends none), and a
+// preflight's answer has the methods, headers and max age.
+func TestCORS(t *testing.T) {
+	c := &CORS{AllowOrigins: []string{"https://app.example", "http://localhost:8080"}, AllowMethods: "GET, POST", AllowHeaders: "X-A",
+		ExposeHeaders: "X-B", AllowCredentials: true, MaxAge: 600}
+	fields := func(c *CORS, origin string, preflight bool) string {
+		var s []string
+		for _, f := range c.AppendFields(nil, []byte(origin), preflight) {
+			s = append(s, string(f.Name)+"="+string(f.Value))
+		}
+		return strings.Join(s, " ")
+	}
+	for _, tt := range []struct {
+		c         *CORS
+		origin    string
+		preflight bool
+		want      string
+	}{
+		{c, "https://app.example", false, "access-control-allow-origin=https://app.example vary=Origin access-control-allow-credentials=true access-control-expose-headers=X-B"},
+		{c, "HTTPS://APP.example", false, "access-control-allow-origin=HTTPS://APP.example vary=Origin access-control-allow-credentials=true access-control-expose-headers=X-B"},
+		{c, "https://app.example", true, "access-control-allow-origin=https://app.example vary=Origin access-control-allow-credentials=true access-control-allow-methods=GET, POST access-control-allow-headers=X-A access-control-max-age=600"},
+		{c, "https://evil.example", false, ""},
+		{c, "", true, ""},
+		{&CORS{AllowOrigins: []string{"*"}, AllowCredentials: true}, "https://evil.example", false, "access-control-allow-origin=* access-control-allow-credentials=true"},
+		{&CORS{}, "", false, "access-control-allow-origin=*"},
+	} {
+		if got := fields(tt.c, tt.origin, tt.preflight); got != tt.want {
+			t.Errorf("%v origin %q preflight %v:\n got %s\nwant %s", tt.c.AllowOrigins, tt.origin, tt.preflight, got, tt.want)
+		}
+	}
+	// A value that would split a header line is refused.
+	if err := checkFilters(&Filters[string]{CORS: &CORS{AllowHeaders: "X-A\r\nX-Injected: 1"}}); err == nil {
+		t.Error("a CORS value with CRLF accepted")
+	}
+}
