@@ -215,7 +215,7 @@ func Translate(s *Snapshot, opts Options) *Result {
 		}
 	}
 	slices.SortFunc(res.Routing.Backends, func(a, b config.Backend) int { return strings.Compare(a.Name, b.Name) })
-	res.RoutingPayload = config.RoutingPayload(res.Routing.Backends, lines)
+	res.RoutingPayload = config.RoutingPayload(config.RoutingHead{Backends: res.Routing.Backends}, lines)
 	return res
 }
 

@@ -27,14 +27,17 @@ import (
 func (p *Proxy) ApplyRouting(ctx context.Context, payload []byte) error {
 	p.routingMu.Lock()
 	defer p.routingMu.Unlock()
-	backends, lines, err := config.RoutingLines(payload)
+	head, lines, err := config.RoutingLines(payload)
 	if err != nil {
 		return fmt.Errorf("routing: %w", err)
 	}
-	old := p.dynamicBackends()
-	next := make(map[string]*backend, len(backends))
 	var errs []error
-	for _, bc := range backends {
+	if err := p.applyCertificates(head.Certificates); err != nil {
+		errs = append(errs, err)
+	}
+	old := p.dynamicBackends()
+	next := make(map[string]*backend, len(head.Backends))
+	for _, bc := range head.Backends {
 		if p.backends[bc.Name] != nil || next[bc.Name] != nil {
 			errs = append(errs, fmt.Errorf("routing: backend %q: the name is taken", bc.Name))
 			continue

@@ -41,6 +41,11 @@ type Proxy struct {
 	// last routing's rules by their line (buildRoutes; routingMu).
 	yamlPrepared []*route.Prepared[*backend]
 	prepared     map[string]preparedRule
+	// provided are the certificates of the route providers' TLS
+	// listeners, from the routing; parsedCerts the last routing's, by a
+	// hash of their PEM (applyCertificates; routingMu).
+	provided    providedCerts
+	parsedCerts map[[32]byte]*tls.Certificate
 	// kube is the worker's Kubernetes watch, when one runs: started for
 	// the config's Services, or by the first routing that names one; its
 	// targets change with the routing.
@@ -124,6 +129,12 @@ func New(cfg *config.Config, log *zap.Logger) *Proxy {
 	for _, bc := range cfg.Backends {
 		p.backends[bc.Name] = newBackend(bc, cfg.HTTP.MaxHeaderBytes)
 	}
+	p.provided = providedCerts{}
+	for _, lc := range cfg.Listeners {
+		if lc.Provider != "" && lc.TLS != nil {
+			p.provided[lc.Name] = new(atomic.Pointer[certSet])
+		}
+	}
 	// The config was validated: every rule compiles.
 	for _, r := range yamlRules(cfg, p.backends) {
 		prep, err := route.Prepare(&r)
@@ -175,6 +186,9 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 			var err error
 			if tc, err = p.newTLSConfig(lc.TLS, alpn); err != nil {
 				return fmt.Errorf("listener %q: %w", lc.Name, err)
+			}
+			if p.provided[lc.Name] != nil {
+				tc.GetCertificate = p.provided.getCertificate(lc.Name)
 			}
 			p.tlsConfigs = append(p.tlsConfigs, tc)
 		}

@@ -12,7 +12,9 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,5 +115,74 @@ func TestTLSRSASigner(t *testing.T) {
 			t.Fatalf("TLS %x: %v", v, err)
 		}
 		c.Close()
+	}
+}
+
+// A route provider's TLS listener serves the certificates of the routing
+// (config.RoutingHead), by SNI, swapped inside the worker: a certificate
+// added or rotated needs no handoff. A name of none is served the first;
+// a wildcard takes one label; the ECDSA and RSA pair of one name serves a
+// client the one it can verify; certificates for a listener that takes
+// none from the routing are refused, the rest installed.
+func TestProvidedCertificates(t *testing.T) {
+	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	rk, _ := rsa.GenerateKey(rand.Reader, 2048)
+	p := &Proxy{log: zap.NewNop(), provided: providedCerts{"ingress/https": new(atomic.Pointer[certSet])}}
+	tc, err := p.newTLSConfig(&config.ListenerTLS{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.GetCertificate = p.provided.getCertificate("ingress/https")
+	addr := serveHandshakes(t, tc)
+	served := func(name string, rsaOnly bool) string {
+		t.Helper()
+		cc := &tls.Config{ServerName: name, InsecureSkipVerify: true}
+		if rsaOnly {
+			cc.MaxVersion, cc.CipherSuites = tls.VersionTLS12, []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256}
+		}
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cc)
+		if err != nil {
+			return "handshake failed"
+		}
+		defer c.Close()
+		leaf := c.ConnectionState().PeerCertificates[0]
+		return leaf.DNSNames[0] + "/" + leaf.PublicKeyAlgorithm.String()
+	}
+	if got := served("a.example", false); got != "handshake failed" {
+		t.Errorf("before any routing: %s", got)
+	}
+	err = p.applyCertificates(map[string][]config.Certificate{
+		"ingress/https": {selfSigned(t, "a.example", ec), selfSigned(t, "a.example", rk), selfSigned(t, "*.b.example", ec)},
+		"web":           {selfSigned(t, "c.example", ec)},
+	})
+	if err == nil || !strings.Contains(err.Error(), `listener "web"`) {
+		t.Errorf("certificates for a listener that takes none: %v", err)
+	}
+	for _, tt := range []struct {
+		name    string
+		rsaOnly bool
+		want    string
+	}{
+		{"a.example", false, "a.example/ECDSA"},
+		{"A.example", true, "a.example/RSA"},
+		{"x.b.example", false, "*.b.example/ECDSA"},
+		{"y.x.b.example", false, "a.example/ECDSA"}, // one label only: the default
+		{"", false, "a.example/ECDSA"},
+	} {
+		if got := served(tt.name, tt.rsaOnly); got != tt.want {
+			t.Errorf("%q (RSA only %v): %s, want %s", tt.name, tt.rsaOnly, got, tt.want)
+		}
+	}
+	// Rotated: the next routing's certificate serves, with no new
+	// listener; one parsed already is kept.
+	kept := p.parsedCerts
+	if err := p.applyCertificates(map[string][]config.Certificate{"ingress/https": {selfSigned(t, "d.example", ec)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := served("a.example", false); got != "d.example/ECDSA" {
+		t.Errorf("after the rotation: %s", got)
+	}
+	if len(kept) != 3 || len(p.parsedCerts) != 1 {
+		t.Errorf("parsed certificates kept: %d, then %d", len(kept), len(p.parsedCerts))
 	}
 }

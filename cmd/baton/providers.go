@@ -31,10 +31,12 @@ type providerSink struct {
 	routings  map[string]providerRouting
 }
 
-// providerRouting is one provider's routing: its backends, and its rules
-// encoded a line each (config.RoutingPayload).
+// providerRouting is one provider's routing: its backends, the
+// certificates of its TLS listeners, and its rules encoded a line each
+// (config.RoutingPayload).
 type providerRouting struct {
 	backends []config.Backend
+	certs    map[string][]config.Certificate
 	lines    [][]byte
 }
 
@@ -79,18 +81,24 @@ func (p *providerSink) serve(provider string, ls []config.Listener, r providerRo
 // payloadLocked merges the providers' routings: their backends (one of a
 // name: the providers name a Service's backend alike) and rules.
 func (p *providerSink) payloadLocked() []byte {
-	var backends []config.Backend
+	var head config.RoutingHead
 	var lines [][]byte
 	for _, name := range providers {
 		r := p.routings[name]
 		for _, b := range r.backends {
-			if !slices.ContainsFunc(backends, func(x config.Backend) bool { return x.Name == b.Name }) {
-				backends = append(backends, b)
+			if !slices.ContainsFunc(head.Backends, func(x config.Backend) bool { return x.Name == b.Name }) {
+				head.Backends = append(head.Backends, b)
 			}
+		}
+		for l, cs := range r.certs { // listener names are the provider's own
+			if head.Certificates == nil {
+				head.Certificates = map[string][]config.Certificate{}
+			}
+			head.Certificates[l] = cs
 		}
 		lines = append(lines, r.lines...)
 	}
-	return config.RoutingPayload(backends, lines)
+	return config.RoutingPayload(head, lines)
 }
 
 // provided returns the providers' listeners, for loadSupervisorConfig.
@@ -109,11 +117,11 @@ type gatewaySink struct{ p *providerSink }
 
 // Serve serves res's listeners and routing.
 func (g gatewaySink) Serve(ctx context.Context, res *gateway.Result) error {
-	backends, lines, err := config.RoutingLines(res.RoutingPayload)
+	head, lines, err := config.RoutingLines(res.RoutingPayload)
 	if err != nil {
 		return fmt.Errorf("gateway routing: %w", err)
 	}
-	return g.p.serve(config.ProviderGateway, gatewayListeners(res), providerRouting{backends, lines})
+	return g.p.serve(config.ProviderGateway, gatewayListeners(res), providerRouting{head.Backends, head.Certificates, lines})
 }
 
 // gatewayListeners are res's listeners as the config's: a reuseport group
@@ -174,29 +182,34 @@ const (
 )
 
 // ingressSink is the Ingress controller's way to the providerSink: its
-// HTTP listener always, its HTTPS listener once an Ingress has a
-// certificate.
+// two listeners, always the same (one handoff puts them live, at the
+// first serve), and its routing, with the HTTPS listener's certificates:
+// a new or rotated certificate goes live inside the workers, as a route
+// does.
 type ingressSink struct {
 	p   *providerSink
 	cfg *config.Ingress
 }
 
-// Serve serves res's routing, and the listeners with its certificates.
+// Serve serves res's routing and certificates on the Ingress listeners.
 func (s ingressSink) Serve(ctx context.Context, res *ingress.Result) error {
-	return s.p.serve(config.ProviderIngress, s.listeners(res.Certificates), providerRouting{res.Routing.Backends, res.Lines})
+	var certs []config.Certificate
+	for _, c := range res.Certificates {
+		certs = append(certs, config.Certificate{CertPEM: c.CertPEM, KeyPEM: c.KeyPEM})
+	}
+	r := providerRouting{backends: res.Routing.Backends, lines: res.Lines}
+	if len(certs) > 0 {
+		r.certs = map[string][]config.Certificate{ingressHTTPS: certs}
+	}
+	return s.p.serve(config.ProviderIngress, s.listeners(), r)
 }
 
-func (s ingressSink) listeners(certs []ingress.Certificate) []config.Listener {
-	ls := []config.Listener{{Name: ingressHTTP, Address: s.cfg.Address, Protocol: config.ProtocolHTTP, ReusePort: true, FreeBind: true, Provider: config.ProviderIngress}}
-	if len(certs) == 0 {
-		return ls
+func (s ingressSink) listeners() []config.Listener {
+	return []config.Listener{
+		{Name: ingressHTTP, Address: s.cfg.Address, Protocol: config.ProtocolHTTP, ReusePort: true, FreeBind: true, Provider: config.ProviderIngress},
+		{Name: ingressHTTPS, Address: s.cfg.TLSAddress, Protocol: config.ProtocolHTTP, ReusePort: true, FreeBind: true, Provider: config.ProviderIngress,
+			TLS: &config.ListenerTLS{MinVersion: config.DefaultTLSMinVersion}},
 	}
-	l := config.Listener{Name: ingressHTTPS, Address: s.cfg.TLSAddress, Protocol: config.ProtocolHTTP, ReusePort: true, FreeBind: true, Provider: config.ProviderIngress,
-		TLS: &config.ListenerTLS{MinVersion: config.DefaultTLSMinVersion}}
-	for _, c := range certs {
-		l.TLS.Certificates = append(l.TLS.Certificates, config.Certificate{CertPEM: c.CertPEM, KeyPEM: c.KeyPEM})
-	}
-	return append(ls, l)
 }
 
 // startIngress starts the Ingress controller of cfg's ingress section,

@@ -13,6 +13,7 @@ import (
 	"github.com/baton-proxy/baton/ingress"
 	"github.com/baton-proxy/baton/integration/internal/certs"
 	"github.com/baton-proxy/baton/integration/internal/harness"
+	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/supervisor"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -48,16 +49,55 @@ ingress:
 	t.Cleanup(func() {
 		client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
 	})
+	// The controller's first serve puts its listeners live by a handoff
+	// (they may be live already, if the first generation read them):
+	// the generation that follows it is the one that serves on.
+	harness.WaitFor(t, 30*time.Second, "the Ingress listeners' handoff", func() bool {
+		st, err := b.TryStatus()
+		if err != nil {
+			return false
+		}
+		for _, h := range st.Handoffs {
+			if h.Trigger == config.ProviderIngress && h.Outcome == supervisor.OutcomeOK {
+				return true
+			}
+		}
+		return false
+	})
 	return b, class
+}
+
+// servedByEveryWorker reports whether host's target is routed (not 404)
+// by every worker behind addr, as far as 16 requests in a row on new
+// connections tell: a worker applies a routing once the endpoints of its
+// new Services are in place (the first after its watch starts), so one
+// may route a new Ingress before the other; new connections land on
+// either (reuseport), and 16 in a row leave one chance in 30,000 that a
+// worker was not asked.
+func servedByEveryWorker(addr, host, target string) bool {
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for range 16 {
+		req, _ := http.NewRequest("GET", "http://"+addr+target, nil)
+		req.Host = host
+		resp, err := c.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		if resp.StatusCode == 404 {
+			return false
+		}
+	}
+	return true
 }
 
 // An Ingress of baton's IngressClass, end to end on a real API server and
 // the real binary: its rule served (the Service's port by name, the pods
 // its EndpointSlice names), its TLS host served with its Secret's
 // certificate and redirected from HTTP (308, ingress-nginx's ssl-redirect),
-// its status.loadBalancer the configured address; a change of its rules
-// and a second Ingress with the seed's service-upstream annotation go
-// live with no handoff.
+// its status.loadBalancer the configured address; the Secret rotated, a
+// change of its rules and a second Ingress with the seed's
+// service-upstream annotation go live with no handoff.
 func TestIngressEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
@@ -118,9 +158,17 @@ func TestIngressEndToEnd(t *testing.T) {
 		return err == nil && len(cur.Status.LoadBalancer.Ingress) == 1 && cur.Status.LoadBalancer.Ingress[0].IP == ingressAddr
 	})
 
-	// Rules change, and a second Ingress routes through the ClusterIP:
-	// inside the workers, no handoff.
+	// The Secret rotated, rules change, and a second Ingress routes
+	// through the ClusterIP: inside the workers, no handoff.
 	gen := b.Status().ActiveGeneration
+	crt, key = ca.Issue(t, []string{"secure.example"}, certs.Options{SerialNum: 12})
+	if _, err := client.CoreV1().Secrets(ns).Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "secure"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 30*time.Second, "the rotated certificate served", func() bool {
+		return servedSerial(ingressAddr, "secure.example") == 12
+	})
 	cur, err := client.NetworkingV1().Ingresses(ns).Get(ctx, "app", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -217,9 +265,14 @@ func TestIngressAnnotations(t *testing.T) {
 		resp.Body.Close()
 		return resp
 	}
-	harness.WaitFor(t, 60*time.Second, "every Ingress served", func() bool {
-		return do("GET", "rw.example", "/something/x", "").StatusCode == 200 && do("GET", "can.example", "/", "", "X-Canary", "always").Header.Get("X-Backend") == "ann-next" &&
-			do("GET", "vh.example", "/", "").StatusCode == 200
+	harness.WaitFor(t, 60*time.Second, "every Ingress served by both workers", func() bool {
+		for _, h := range []string{"rw.example/something/x", "vh.example/", "cors.example/", "allowed.example/", "deny.example/", "allow.example/"} {
+			host, target, _ := strings.Cut(h, "/")
+			if !servedByEveryWorker(addr, host, "/"+target) {
+				return false
+			}
+		}
+		return do("GET", "can.example", "/", "", "X-Canary", "always").Header.Get("X-Backend") == "ann-next"
 	})
 	gen := b.Status().ActiveGeneration
 
@@ -249,7 +302,7 @@ func TestIngressAnnotations(t *testing.T) {
 		t.Errorf("proxy-body-size 1k, a 2 KiB body: %d, want 413", r.StatusCode)
 	}
 	if r := do("POST", "vh.example", "/", strings.Repeat("x", 512)); r.StatusCode != 200 {
-		t.Errorf("proxy-body-size 1k, a 512 B body: %d", r.StatusCode)
+		t.Errorf("proxy-body-size 1k, a 512 B body: %d %v", r.StatusCode, r.Header)
 	}
 	// canary-by-header: "always" to the canary, else the main Ingress's
 	// (canary-weight 0).
@@ -357,17 +410,7 @@ func TestIngressRollout(t *testing.T) {
 			}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			hc := &http.Client{Timeout: 5 * time.Second}
-			harness.WaitFor(t, 60*time.Second, "the Ingress served", func() bool {
-				req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
-				req.Host = "shop.example"
-				resp, err := hc.Do(req)
-				if err != nil {
-					return false
-				}
-				resp.Body.Close()
-				return resp.StatusCode == 200
-			})
+			harness.WaitFor(t, 60*time.Second, "the Ingress served by both workers", func() bool { return servedByEveryWorker(addr, "shop.example", "/") })
 			res := rolloutThrough(t, b, addr+":80", "shop.example", ns, "shop", old, false, kp)
 			t.Logf("rollout of %d pods behind an Ingress in %s: %s; handoff %s", pods, res.duration.Round(time.Millisecond), res.load, res.handoff.Outcome)
 			if res.handoff.Outcome != supervisor.OutcomeOK {

@@ -447,13 +447,25 @@ func (b *Backend) SetDefaults() {
 type Routing struct {
 	Backends []Backend            `json:"backends,omitempty"`
 	Rules    []route.Rule[string] `json:"rules,omitempty"`
+	// Certificates are the route providers' TLS listeners' certificates,
+	// by listener (RoutingHead).
+	Certificates map[string][]Certificate `json:"certificates,omitempty"`
 }
 
-// MarshalRouting encodes r as it travels: JSON lines, the first an
-// object of the backends, then one rule a line (compact JSON has no raw
-// newline). A worker splits the lines without parsing them and decodes
-// only the rules the last routing did not have (RoutingLines), so that a
-// change of one route of a thousand costs one route's decoding.
+// RoutingHead is the first line of an encoded routing: its backends and
+// the certificates of route providers' TLS listeners, by listener name
+// (served by SNI inside the workers: a new or rotated certificate is no
+// handoff).
+type RoutingHead struct {
+	Backends     []Backend                `json:"backends,omitempty"`
+	Certificates map[string][]Certificate `json:"certificates,omitempty"`
+}
+
+// MarshalRouting encodes r as it travels: JSON lines, the first the head
+// (RoutingHead), then one rule a line (compact JSON has no raw newline).
+// A worker splits the lines without parsing them and decodes only the
+// rules the last routing did not have (RoutingLines), so that a change of
+// one route of a thousand costs one route's decoding.
 func MarshalRouting(r Routing) ([]byte, error) {
 	lines := make([][]byte, len(r.Rules))
 	for i := range r.Rules {
@@ -463,21 +475,19 @@ func MarshalRouting(r Routing) ([]byte, error) {
 		}
 		lines[i] = line
 	}
-	return RoutingPayload(r.Backends, lines), nil
+	return RoutingPayload(RoutingHead{Backends: r.Backends, Certificates: r.Certificates}, lines), nil
 }
 
-// RoutingPayload is MarshalRouting of backends and of rules encoded
+// RoutingPayload is MarshalRouting of a head and of rules encoded
 // already, a line each (json.Marshal of a route.Rule[string]): a provider
 // that keeps the lines of the rules that did not change encodes only the
 // others.
-func RoutingPayload(backends []Backend, lines [][]byte) []byte {
-	head, err := json.Marshal(struct {
-		Backends []Backend `json:"backends,omitempty"`
-	}{backends})
-	if err != nil { // no value of a backend's types fails to encode
-		panic(fmt.Sprintf("config: encode routing backends: %v", err))
+func RoutingPayload(head RoutingHead, lines [][]byte) []byte {
+	h, err := json.Marshal(head)
+	if err != nil { // no value of a head's types fails to encode
+		panic(fmt.Sprintf("config: encode routing head: %v", err))
 	}
-	b := bytes.NewBuffer(head)
+	b := bytes.NewBuffer(h)
 	for _, line := range lines {
 		b.WriteByte('\n')
 		b.Write(line)
@@ -485,15 +495,13 @@ func RoutingPayload(backends []Backend, lines [][]byte) []byte {
 	return b.Bytes()
 }
 
-// RoutingLines splits an encoded routing (MarshalRouting) into its
-// backends, decoded, and its rules' lines, not decoded.
-func RoutingLines(payload []byte) ([]Backend, [][]byte, error) {
-	head, rest, _ := bytes.Cut(payload, []byte("\n"))
-	var h struct {
-		Backends []Backend `json:"backends"`
-	}
-	if err := json.Unmarshal(head, &h); err != nil {
-		return nil, nil, fmt.Errorf("routing backends: %w", err)
+// RoutingLines splits an encoded routing (MarshalRouting) into its head,
+// decoded, and its rules' lines, not decoded.
+func RoutingLines(payload []byte) (RoutingHead, [][]byte, error) {
+	first, rest, _ := bytes.Cut(payload, []byte("\n"))
+	var h RoutingHead
+	if err := json.Unmarshal(first, &h); err != nil {
+		return RoutingHead{}, nil, fmt.Errorf("routing head: %w", err)
 	}
 	var lines [][]byte
 	for len(rest) > 0 {
@@ -501,7 +509,7 @@ func RoutingLines(payload []byte) ([]Backend, [][]byte, error) {
 		line, rest, _ = bytes.Cut(rest, []byte("\n"))
 		lines = append(lines, line)
 	}
-	return h.Backends, lines, nil
+	return h, lines, nil
 }
 
 // HeaderFilter sets, adds and removes header fields: the fields set or

@@ -8,7 +8,8 @@ import (
 	"github.com/baton-proxy/baton/proxy/route"
 )
 
-// A routing travels as JSON lines: the backends, then a rule a line. A
+// A routing travels as JSON lines: the head (backends, the providers'
+// certificates), then a rule a line. A
 // newline in a value (a header's, here) is escaped by the JSON, so it
 // cannot split a rule; zero fields stay out, and a pointer to a zero value
 // stays apart from none (a Redirect with nothing set is still one).
@@ -20,19 +21,20 @@ func TestRoutingLines(t *testing.T) {
 				Filters: route.Filters[string]{RequestHeaders: &route.HeaderModifier{Set: []route.Header{{Name: "X-Two-Lines", Value: "a\nb"}}}}},
 			{Name: "two", Listener: "web", Filters: route.Filters[string]{Redirect: &route.Redirect{}}},
 		},
+		Certificates: map[string][]Certificate{"ingress/https": {{CertPEM: []byte("cert"), KeyPEM: []byte("key")}}},
 	}
 	payload, err := MarshalRouting(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	backends, lines, err := RoutingLines(payload)
+	head, lines, err := RoutingLines(payload)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(lines) != len(r.Rules) {
 		t.Fatalf("%d rule lines, want %d: %q", len(lines), len(r.Rules), payload)
 	}
-	got := Routing{Backends: backends}
+	got := Routing{Backends: head.Backends, Certificates: head.Certificates}
 	for _, l := range lines {
 		var rule route.Rule[string]
 		if err := json.Unmarshal(l, &rule); err != nil {

@@ -66,12 +66,14 @@ func TLSVersion(v string) (uint16, bool) {
 	return 0, false
 }
 
-// checkTLS validates a listener's TLS settings (not the files).
-func checkTLS(t *ListenerTLS, where string, bad func(string, ...any)) {
+// checkTLS validates a listener's TLS settings (not the files). A route
+// provider's listener may have no certificate of its own: its
+// certificates come with the routing (RoutingHead).
+func checkTLS(t *ListenerTLS, where string, provided bool, bad func(string, ...any)) {
 	if _, ok := TLSVersion(t.MinVersion); !ok {
 		bad("%s: tls.minVersion must be 1.2 or 1.3 (older TLS is refused), not %q", where, t.MinVersion)
 	}
-	if len(t.Certificates) == 0 {
+	if len(t.Certificates) == 0 && !provided {
 		bad("%s: tls needs at least one certificate", where)
 	}
 	for i, c := range t.Certificates {

@@ -159,7 +159,7 @@ func (c *Config) validate(offline bool) error {
 			bad("%s: reusePort applies to TCP listeners only", where)
 		}
 		if l.TLS != nil {
-			checkTLS(l.TLS, where, bad)
+			checkTLS(l.TLS, where, l.Provider != "", bad)
 		}
 	}
 

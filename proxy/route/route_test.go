@@ -477,3 +477,53 @@ func TestCORS(t *testing.T) {
 		t.Error("a CORS value with CRLF accepted")
 	}
 }
+
+// Build from a previous table answers as a Build from nothing, over
+// random sequences of rule sets (rules kept, added, dropped, moved
+// between hosts, listeners and wildcards from one set to the next).
+func TestBuildFromPreviousAgreesWithFresh(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	hosts := []string{"a.example", "b.example", "*.example", "*.b.example", ""}
+	pool := map[string]*Prepared[string]{}
+	prepared := func(name string) *Prepared[string] {
+		if p := pool[name]; p != nil {
+			return p
+		}
+		var hs []string
+		if h := hosts[rng.IntN(len(hosts))]; h != "" {
+			hs = []string{h}
+		}
+		r := rule(name, hs, prefix([]string{"/", "/x", "/x/y"}[rng.IntN(3)]))
+		r.Listener = []string{"web", "tls"}[rng.IntN(2)]
+		r.OneLabel = rng.IntN(2) == 0
+		p, err := Prepare(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool[name] = p
+		return p
+	}
+	var prev *Table[string]
+	for round := range 200 {
+		var ps []*Prepared[string]
+		for i := range 12 {
+			if rng.IntN(3) > 0 {
+				ps = append(ps, prepared(fmt.Sprintf("r%d-%d", i, rng.IntN(3))))
+			}
+		}
+		built, fresh := Build(ps, prev), Build(ps, nil)
+		for _, l := range []string{"web", "tls"} {
+			for _, h := range []string{"a.example", "b.example", "x.example", "x.b.example", "y.x.b.example", "other"} {
+				for _, p := range []string{"/", "/x", "/x/y/z", "/q"} {
+					r := req("GET", h+p)
+					got, _ := built.Match(l, r)
+					want, _ := fresh.Match(l, r)
+					if got != want && (got == nil || want == nil || got.Name != want.Name) {
+						t.Fatalf("round %d, %s %s%s: built from the previous table %v, fresh %v", round, l, h, p, got, want)
+					}
+				}
+			}
+		}
+		prev = built
+	}
+}
