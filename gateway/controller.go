@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/internal/latest"
+	"github.com/baton-proxy/baton/internal/lease"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,7 +52,7 @@ type Controller struct {
 	// only).
 	lastServed string
 
-	elector *elector // whether this replica writes status
+	elector *lease.Elector // whether this replica writes status
 	// statuses holds the latest translation whose statuses are to be
 	// written (capacity 1: a newer one replaces it).
 	statuses chan statusWork
@@ -59,6 +60,10 @@ type Controller struct {
 	// (Snapshot.World: 0 would keep nothing).
 	world atomic.Uint64
 }
+
+// LeaseName is the Lease the replicas share, in their namespace: its
+// holder writes the Gateway API's statuses.
+const LeaseName = "baton-gateway-status"
 
 // statusDelay is how long the status writer lets a translation settle
 // before it writes its statuses.
@@ -91,16 +96,16 @@ func New(client *Client, opts Options, sink Sink, log *zap.Logger) *Controller {
 		opts.Identity = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	if opts.LeaseDuration == 0 {
-		opts.LeaseDuration = DefaultLeaseDuration
+		opts.LeaseDuration = lease.DefaultDuration
 	}
 	if opts.RetryPeriod == 0 {
-		opts.RetryPeriod = DefaultRetryPeriod
+		opts.RetryPeriod = lease.DefaultRetryPeriod
 	}
 	c := &Controller{client: client, opts: opts, sink: sink, log: log.Named("gateway"), stores: map[string]cache.Store{}, notify: make(chan struct{}, 1),
 		statuses: make(chan statusWork, 1)}
 	c.world.Store(1)
-	c.elector = &elector{c: client, namespace: opts.Namespace, identity: opts.Identity, duration: opts.LeaseDuration, retry: opts.RetryPeriod,
-		log: c.log, onChange: c.changed}
+	c.elector = &lease.Elector{Client: client.coord, Namespace: opts.Namespace, Name: LeaseName, Identity: opts.Identity,
+		Duration: opts.LeaseDuration, RetryPeriod: opts.RetryPeriod, Log: c.log, OnChange: c.changed}
 	for _, r := range resources {
 		inf := cache.NewSharedIndexInformer(client.listWatch(r.name, r.gateway, r.list), r.obj, 0, cache.Indexers{})
 		// A change of anything but an HTTPRoute is a change of every
@@ -161,7 +166,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	for _, inf := range c.infs {
 		running.Go(func() { inf.RunWithContext(ctx) })
 	}
-	running.Go(func() { c.elector.run(ctx) })
+	running.Go(func() { c.elector.Run(ctx) })
 	running.Go(func() { c.writeLoop(ctx) })
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("gateway: caches did not sync: %w", ctx.Err())

@@ -88,7 +88,7 @@ type Options struct {
 	// The status writer's Lease: in Namespace (default: $POD_NAMESPACE,
 	// else "default"), held as Identity (default: the host name and
 	// pid), for LeaseDuration, looked at every RetryPeriod (defaults
-	// DefaultLeaseDuration, DefaultRetryPeriod).
+	// lease.DefaultDuration, lease.DefaultRetryPeriod).
 	Namespace, Identity        string
 	LeaseDuration, RetryPeriod time.Duration
 }

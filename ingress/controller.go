@@ -2,9 +2,11 @@ package ingress
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -13,8 +15,10 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/internal/latest"
+	"github.com/baton-proxy/baton/internal/lease"
 	"github.com/baton-proxy/baton/proxy/kube"
 	"go.uber.org/zap"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,7 +43,15 @@ type Config struct {
 	// Address is the HTTP listener's address, for the status;
 	// PublishService the namespace/name of the Service that fronts baton.
 	Address, PublishService string
+	// The status writer's Lease (LeaseName, in $POD_NAMESPACE, else
+	// "default"): held for LeaseDuration, looked at every RetryPeriod
+	// (defaults lease.DefaultDuration, lease.DefaultRetryPeriod).
+	LeaseDuration, RetryPeriod time.Duration
 }
+
+// LeaseName is the Lease the replicas share: its holder writes the
+// Ingresses' status and Events.
+const LeaseName = "baton-ingress-status"
 
 // Controller watches IngressClasses, Ingresses, Services and TLS Secrets,
 // and hands what baton's Ingresses ask for to a Sink. One goroutine
@@ -62,6 +74,8 @@ type Controller struct {
 	// statuses holds the latest statuses to write (capacity 1: a newer
 	// one replaces it); the status writer writes them.
 	statuses chan statusWork
+	// elector says whether this replica writes status and Events.
+	elector *lease.Elector
 
 	// Run's goroutine only: what was served and said last, and the last
 	// translation's good versions of the Ingresses.
@@ -91,7 +105,7 @@ func New(kubeconfig string, cfg Config, sink Sink, log *zap.Logger) (*Controller
 		return nil, err
 	}
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, networkingv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, networkingv1.AddToScheme, coordinationv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return nil, err
 		}
@@ -106,6 +120,14 @@ func New(kubeconfig string, cfg Config, sink Sink, log *zap.Logger) (*Controller
 	if c.net, err = kube.RESTClient(rc, codecs, "/apis", &networkingv1.SchemeGroupVersion); err != nil {
 		return nil, err
 	}
+	coord, err := kube.RESTClient(rc, codecs, "/apis", &coordinationv1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	ns := cmp.Or(os.Getenv("POD_NAMESPACE"), "default")
+	host, _ := os.Hostname()
+	c.elector = &lease.Elector{Client: coord, Namespace: ns, Name: LeaseName, Identity: fmt.Sprintf("%s-%d", host, os.Getpid()),
+		Duration: cfg.LeaseDuration, RetryPeriod: cfg.RetryPeriod, Log: c.log, OnChange: c.changed}
 	for _, r := range resources {
 		inf := cache.NewSharedIndexInformer(c.listWatch(r.name, r.network, r.list), r.obj, 0, cache.Indexers{})
 		var changed func(old, cur any)
@@ -179,43 +201,54 @@ func (c *Controller) Run(ctx context.Context) error {
 		running.Go(func() { inf.RunWithContext(ctx) })
 	}
 	running.Go(func() { c.writeLoop(ctx) })
+	running.Go(func() { c.elector.Run(ctx) })
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("ingress: caches did not sync: %w", ctx.Err())
 	}
 	c.changed()
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-c.notify:
-			c.reconcile(ctx)
+		case <-retry:
+		}
+		retry = nil
+		if !c.reconcile(ctx) {
+			retry = time.After(serveRetry) // served again after the next change, or then
 		}
 	}
 }
 
 // reconcile translates what the caches hold, serves it when it changed,
 // says what could not be served, and writes the statuses.
-func (c *Controller) reconcile(ctx context.Context) {
+// It reports whether the result is served (if not, Run tries again in a
+// moment).
+func (c *Controller) reconcile(ctx context.Context) (served bool) {
 	start := time.Now()
 	s := c.snapshot()
 	res := Translate(s, c.cfg.Options)
 	c.good = res.Good
+	served = true
 	if c.served == nil || !sameServing(res, c.served) {
 		if err := c.sink.Serve(ctx, res); err != nil {
 			c.log.Warn("serving the Ingresses", zap.Error(err))
-			// Served again after the next change, or in a moment.
-			time.AfterFunc(time.Second, c.changed)
+			served = false
 		} else {
 			c.served = res
 		}
 	}
 	c.sayProblems(ctx, res)
-	var publish *corev1.Service
-	if c.cfg.PublishService != "" {
-		publish = s.Services[c.cfg.PublishService]
+	if c.elector.Leader() { // else another replica writes status and Events
+		var publish *corev1.Service
+		if c.cfg.PublishService != "" {
+			publish = s.Services[c.cfg.PublishService]
+		}
+		latest.Put(c.statuses, statusWork{ours: res.Ours, want: StatusAddress(c.cfg.Address, publish)})
 	}
-	latest.Put(c.statuses, statusWork{ours: res.Ours, want: StatusAddress(c.cfg.Address, publish)})
 	c.log.Debug("reconciled", zap.Duration("took", time.Since(start)), zap.Int("ingresses", len(res.Ours)), zap.Int("rules", len(res.Routing.Rules)))
+	return served
 }
 
 // sayProblems says what of each Ingress could not be served, once per
@@ -234,7 +267,7 @@ func (c *Controller) sayProblems(ctx context.Context, res *Result) {
 		c.problems[key] = said
 		c.log.Warn("ingress served in part", zap.String("ingress", key), zap.Strings("problems", msgs))
 		obj, ok, _ := c.stores["ingresses"].GetByKey(key)
-		if !ok {
+		if !ok || !c.elector.Leader() {
 			continue
 		}
 		ing := obj.(*networkingv1.Ingress)
@@ -272,6 +305,10 @@ type statusWork struct {
 	want []networkingv1.IngressLoadBalancerIngress
 }
 
+// serveRetry is how long a translation that could not be served waits
+// to be tried again, when nothing changes meanwhile.
+const serveRetry = time.Second
+
 // conflictRetry is how long the status writer waits, after a write that
 // conflicted, before a translation queues the statuses again.
 const conflictRetry = 200 * time.Millisecond
@@ -285,6 +322,9 @@ func (c *Controller) writeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case w := <-c.statuses:
+			if !c.elector.Leader() {
+				continue
+			}
 			if c.writeStatuses(ctx, w) {
 				select {
 				case <-ctx.Done():
