@@ -41,6 +41,7 @@ type options struct {
 
 	access *route.Access // the source ranges; nil: any client
 	cors   *route.CORS   // enable-cors; nil: none
+	limit  *route.RateLimit
 
 	affinityCookie string // "": no affinity
 	hashHeader     string // upstream-hash-by $http_NAME
@@ -63,6 +64,7 @@ var implemented = map[string]bool{
 	"affinity": true, "session-cookie-name": true, "upstream-hash-by": true,
 	"enable-cors": true, "cors-allow-origin": true, "cors-allow-methods": true, "cors-allow-headers": true,
 	"cors-expose-headers": true, "cors-allow-credentials": true, "cors-max-age": true,
+	"limit-rps": true, "limit-rpm": true, "limit-burst-multiplier": true,
 	"whitelist-source-range": true, "allowlist-source-range": true, "denylist-source-range": true,
 	"canary": true, "canary-weight": true, "canary-weight-total": true, "canary-by-header": true, "canary-by-header-value": true, "canary-by-cookie": true,
 }
@@ -223,6 +225,18 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 			}
 			*into = n
 		}
+	}
+	// limit-rps, else limit-rpm, with bursts of limit-burst-multiplier
+	// (default 5) times it, as ingress-nginx sets nginx's limit_req.
+	rps, rpm, mult := 0, 0, 5
+	intIn("limit-rps", 1, 1_000_000, &rps)
+	intIn("limit-rpm", 1, 60_000_000, &rpm)
+	intIn("limit-burst-multiplier", 1, 1000, &mult)
+	switch {
+	case rps > 0:
+		o.limit = &route.RateLimit{Rate: float64(rps), Burst: rps * mult}
+	case rpm > 0:
+		o.limit = &route.RateLimit{Rate: float64(rpm) / 60, Burst: rpm * mult}
 	}
 	enableCORS := false
 	boolean("enable-cors", &enableCORS)

@@ -269,3 +269,21 @@ func TestSourceRanges(t *testing.T) {
 		t.Errorf("a bad range: %+v", p)
 	}
 }
+
+// "Rate Limiting": limit-rps (else limit-rpm) with bursts of
+// limit-burst-multiplier (5 by default) times it.
+func TestRateLimitAnnotations(t *testing.T) {
+	res := translate(nil, annotated("rps", "limit-rps", "10"), annotated("rpm", "limit-rpm", "120", "limit-burst-multiplier", "2"))
+	for _, tt := range []struct {
+		name string
+		want route.RateLimit
+	}{{"shop/rps", route.RateLimit{Rate: 10, Burst: 50}}, {"shop/rpm", route.RateLimit{Rate: 2, Burst: 240}}} {
+		got := res.Good[tt.name].rules[0].RateLimit
+		if got == nil || *got != tt.want {
+			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
+	if res := translate(nil, annotated("bad", "limit-rps", "fast")); len(res.Problems["shop/bad"]) != 1 {
+		t.Errorf("a bad limit: %+v", res.Problems)
+	}
+}

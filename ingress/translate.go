@@ -378,7 +378,7 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries stri
 			if o.bodySize >= 0 {
 				r.MaxBodySize = o.bodySize
 			}
-			r.Access = o.access
+			r.Access, r.RateLimit = o.access, o.limit
 			switch {
 			case listener == t.opts.HTTPListener && redirects(host):
 				r.Backends = nil

@@ -28,7 +28,8 @@ type requestSender interface {
 // cookie, hash header). A status other than 0 is the answer when nothing
 // can serve it: routeRedirect (the rule redirects: rt's location),
 // routePreflight (a CORS preflight, which baton answers), 404
-// (no rule), 403 (the rule's Access refuses the client), 500 (the rule's share of a backend that
+// (no rule), 403 (the rule's Access refuses the client), routeLimited
+// (the client is over the rule's rate limit: 503), 500 (the rule's share of a backend that
 // cannot be reached, as the Gateway API asks), 413 (a body over the
 // rule's limit, known from its length), 503 (the backend has no
 // endpoint).
@@ -42,6 +43,9 @@ func (p *Proxy) route(listener string, client netip.Addr, req *h1.Request, rt *r
 	rt.rule, rt.matched = rule, matched
 	if rule.Access != nil && !rule.Access.Allows(client) {
 		return nil, 403
+	}
+	if !rule.Allow(client, e.start) {
+		return nil, routeLimited
 	}
 	if rule.Filters.CORS != nil && string(req.Method) == "OPTIONS" {
 		return nil, routePreflight

@@ -435,6 +435,8 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 		return hc.redirect(rt)
 	case routePreflight:
 		return hc.preflight(rt)
+	case routeLimited:
+		return hc.errorResponse(503, req.HasBody() || req.Close)
 	case 413:
 		return hc.errorResponse(413, true) // before 100 Continue: the body never comes
 	case 503:

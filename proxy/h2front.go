@@ -174,6 +174,9 @@ func (x *h2exchange) serve() {
 	case routePreflight:
 		x.preflight(rt, req)
 		return
+	case routeLimited:
+		x.errorResponse(503)
+		return
 	case 503:
 		x.cl.f.noEndpoint(rt)
 		fallthrough

@@ -62,10 +62,13 @@ func (rt *routed) expired(now time.Time) bool {
 }
 
 // routeRedirect is the status route gives a request its rule redirects;
-// routePreflight a CORS preflight, which baton answers itself (204).
+// routePreflight a CORS preflight, which baton answers itself (204);
+// routeLimited one over its rule's rate limit (answered 503, not counted
+// as a backend's failure).
 const (
 	routeRedirect  = -1
 	routePreflight = -2
+	routeLimited   = -3
 )
 
 // appendCORS appends to dst the CORS header lines of rt's rule, if it has

@@ -206,7 +206,7 @@ func TestIngressEndToEnd(t *testing.T) {
 // kubernetes/ingress-nginx defines it: rewrite-target with capture
 // groups, permanent-redirect, app-root, upstream-vhost,
 // x-forwarded-prefix, proxy-body-size, canary-by-header, the source
-// ranges, enable-cors; an annotation
+// ranges, enable-cors, limit-rps; an annotation
 // baton does not implement is an Event on its Ingress, the rest served;
 // an invalid value is an Event too, and the Ingress's last good version
 // serves on. None of it is a handoff.
@@ -244,6 +244,7 @@ func TestIngressAnnotations(t *testing.T) {
 	create("main", "can.example", "/", prefix, "app")
 	create("canary", "can.example", "/", prefix, "next", "canary", "true", "canary-by-header", "X-Canary")
 	create("cors", "cors.example", "/", prefix, "app", "enable-cors", "true", "cors-allow-origin", "https://app.example, https://admin.example")
+	create("limited", "limit.example", "/", prefix, "app", "limit-rps", "1", "limit-burst-multiplier", "1")
 	// The client is on 198.18.0.0/15 (the test's addresses).
 	create("denied", "deny.example", "/", prefix, "app", "denylist-source-range", "198.18.0.0/15")
 	create("outside", "allow.example", "/", prefix, "app", "allowlist-source-range", "10.0.0.0/8")
@@ -325,6 +326,16 @@ func TestIngressAnnotations(t *testing.T) {
 	}
 	if r := do("GET", "cors.example", "/", "", "Origin", "https://evil.example"); r.StatusCode != 200 || r.Header.Get("Access-Control-Allow-Origin") != "" {
 		t.Errorf("CORS, an origin not allowed: %d %v", r.StatusCode, r.Header)
+	}
+	// limit-rps 1, bursts of 1: on one connection (one worker), two
+	// requests at once, then 503 (limit-req-status-code's default).
+	harness.WaitFor(t, 30*time.Second, "the rate-limited Ingress served", func() bool { return do("GET", "limit.example", "/", "").StatusCode != 404 })
+	codes := map[int]int{}
+	for range 9 {
+		codes[do("GET", "limit.example", "/", "").StatusCode]++
+	}
+	if codes[200] != 1 || codes[503] != 8 {
+		t.Errorf("limit-rps 1 with a burst of 1, 9 requests after the first: %v, want one 200 and eight 503", codes)
 	}
 	// Source ranges: 403 to a client they do not allow.
 	for host, want := range map[string]int{"deny.example": 403, "allow.example": 403, "allowed.example": 200} {

@@ -60,6 +60,9 @@ type Rule[B any] struct {
 	// Access, when set, says which clients the rule serves; the others
 	// are answered 403.
 	Access *Access `json:",omitzero"`
+	// RateLimit, when set, bounds each client's requests; beyond it,
+	// 503.
+	RateLimit *RateLimit `json:",omitzero"`
 }
 
 // Access is who may send a rule's requests, by the client's address (the
@@ -333,7 +336,7 @@ type Timeouts struct {
 func Resolve[A, B any](r Rule[A], find func(A) (B, bool)) Rule[B] {
 	out := Rule[B]{
 		Name: r.Name, Listener: r.Listener, Hostnames: r.Hostnames, OneLabel: r.OneLabel, Matches: r.Matches,
-		MaxBodySize: r.MaxBodySize, BufferRequestBody: r.BufferRequestBody, Order: r.Order, Timeouts: r.Timeouts, Access: r.Access,
+		MaxBodySize: r.MaxBodySize, BufferRequestBody: r.BufferRequestBody, Order: r.Order, Timeouts: r.Timeouts, Access: r.Access, RateLimit: r.RateLimit,
 		Filters: Filters[B]{RequestHeaders: r.Filters.RequestHeaders, ResponseHeaders: r.Filters.ResponseHeaders, Redirect: r.Filters.Redirect, Rewrite: r.Filters.Rewrite, CORS: r.Filters.CORS},
 	}
 	for _, b := range r.Backends {

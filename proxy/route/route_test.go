@@ -527,3 +527,38 @@ func TestBuildFromPreviousAgreesWithFresh(t *testing.T) {
 		prev = built
 	}
 }
+
+// A rate limit as nginx's limit_req with burst and nodelay (ingress-nginx's
+// limit-rps and limit-rpm): a client has the burst and one more at once,
+// then the rate; clients apart have buckets apart; a bucket idle a minute
+// is dropped at the next sweep.
+func TestRateLimit(t *testing.T) {
+	r := rule("limited", nil)
+	r.RateLimit = &RateLimit{Rate: 2, Burst: 3}
+	tb := compile(t, r)
+	c, _ := tb.Match("web", req("GET", "h/"))
+	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("::ffff:192.0.2.2")
+	now := time.Unix(1000, 0)
+	for i := range 4 {
+		if !c.Allow(a, now) {
+			t.Fatalf("request %d of the burst refused", i)
+		}
+	}
+	if c.Allow(a, now) {
+		t.Error("a request past the burst allowed")
+	}
+	if !c.Allow(b, now) {
+		t.Error("another client shares the first's bucket")
+	}
+	if !c.Allow(a, now.Add(500*time.Millisecond)) || c.Allow(a, now.Add(500*time.Millisecond)) {
+		t.Error("half a second at 2 a second is not one request")
+	}
+	later := now.Add(2 * time.Minute)
+	c.Allow(b, later)
+	if n := len(c.limit.buckets); n != 1 {
+		t.Errorf("%d buckets after a's minute idle, want b's alone", n)
+	}
+	if _, err := Compile([]Rule[string]{{Name: "bad", Listener: "web", RateLimit: &RateLimit{Rate: 0}}}); err == nil {
+		t.Error("a rate limit of 0 a second compiled")
+	}
+}

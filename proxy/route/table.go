@@ -134,6 +134,7 @@ type Compiled[B any] struct {
 	// request's.
 	RewriteHost []byte
 	pathRE      map[string]*regexp.Regexp // its PathRegex matches' by value
+	limit       *limiter                  // its RateLimit's buckets; nil: none
 	total       int                       // the backends' total weight
 	cumulate    []int                     // running sums of the weights
 }
@@ -313,6 +314,12 @@ func compileRule[B any](r *Rule[B]) (*Compiled[B], []*entry[B], error) {
 	c := &Compiled[B]{Rule: *r, RequestEdit: newHeaderEdit(r.Filters.RequestHeaders), ResponseEdit: newHeaderEdit(r.Filters.ResponseHeaders)}
 	if rw := r.Filters.Rewrite; rw != nil && rw.Hostname != "" {
 		c.RewriteHost = []byte(rw.Hostname)
+	}
+	if l := r.RateLimit; l != nil {
+		if l.Rate <= 0 || l.Burst < 0 {
+			return nil, nil, fmt.Errorf("%s: rate limit %v a second, burst %d", r.Name, l.Rate, l.Burst)
+		}
+		c.limit = newLimiter(l)
 	}
 	for _, b := range r.Backends {
 		c.total += max(b.Weight, 0)
