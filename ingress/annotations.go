@@ -44,6 +44,9 @@ type options struct {
 	limit  *route.RateLimit
 
 	affinityCookie string // "": no affinity
+	cookiePath     string
+	cookieMaxAge   time.Duration
+	cookieSameSite string
 	hashHeader     string // upstream-hash-by $http_NAME
 
 	canary            bool
@@ -61,7 +64,8 @@ var implemented = map[string]bool{
 	"permanent-redirect": true, "permanent-redirect-code": true, "temporal-redirect": true, "temporal-redirect-code": true,
 	"backend-protocol": true, "proxy-connect-timeout": true, "proxy-read-timeout": true, "proxy-body-size": true,
 	"upstream-vhost": true, "x-forwarded-prefix": true,
-	"affinity": true, "session-cookie-name": true, "upstream-hash-by": true,
+	"affinity": true, "session-cookie-name": true, "session-cookie-path": true, "session-cookie-expires": true,
+	"session-cookie-max-age": true, "session-cookie-samesite": true, "upstream-hash-by": true,
 	"enable-cors": true, "cors-allow-origin": true, "cors-allow-methods": true, "cors-allow-headers": true,
 	"cors-expose-headers": true, "cors-allow-credentials": true, "cors-max-age": true,
 	"limit-rps": true, "limit-rpm": true, "limit-burst-multiplier": true,
@@ -280,6 +284,23 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 				bad("session-cookie-name", "%q is not a cookie name", n)
 			}
 			o.affinityCookie = n
+		}
+		if p, ok := get("session-cookie-path"); ok {
+			if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "; \t\r\n") {
+				bad("session-cookie-path", "%q is not a path", p)
+			}
+			o.cookiePath = p
+		}
+		// -max-age, else -expires (its legacy form): seconds.
+		seconds("session-cookie-expires", &o.cookieMaxAge)
+		seconds("session-cookie-max-age", &o.cookieMaxAge)
+		if v, ok := get("session-cookie-samesite"); ok {
+			switch strings.ToLower(v) {
+			case "lax", "strict", "none":
+				o.cookieSameSite = strings.ToUpper(v[:1]) + strings.ToLower(v[1:])
+			default:
+				bad("session-cookie-samesite", "%q is not Lax, Strict or None", v)
+			}
 		}
 	}
 	if v, ok := get("upstream-hash-by"); ok {

@@ -156,6 +156,7 @@ func TestBackendAnnotations(t *testing.T) {
 	res := translate(nil,
 		annotated("tls", "backend-protocol", "HTTPS", "proxy-connect-timeout", "5", "proxy-read-timeout", "120"),
 		annotated("sticky", "affinity", "cookie", "session-cookie-name", "route"),
+		annotated("sticky2", "affinity", "cookie", "session-cookie-path", "/app", "session-cookie-max-age", "172800", "session-cookie-samesite", "lax"),
 		annotated("hash", "upstream-hash-by", "$http_x_user"),
 	)
 	tb := backendOf(res, "k8s/shop/web:80/https/connect=5s/read=2m0s")
@@ -164,6 +165,10 @@ func TestBackendAnnotations(t *testing.T) {
 	}
 	if sb := backendOf(res, "k8s/shop/web:80/cookie=route"); sb == nil || sb.Balancer != config.BalancerCookie || sb.Cookie != "route" {
 		t.Errorf("affinity: %+v", sb)
+	}
+	if sb := backendOf(res, "k8s/shop/web:80/cookie=INGRESSCOOKIE;path=/app;max-age=48h0m0s;samesite=Lax"); sb == nil || sb.CookiePath != "/app" ||
+		sb.CookieMaxAge.Std() != 48*time.Hour || sb.CookieSameSite != "Lax" {
+		t.Errorf("session-cookie-path, -max-age, -samesite: %+v (backends %v)", sb, res.Routing.Backends)
 	}
 	if hb := backendOf(res, "k8s/shop/web:80/hash=x-user"); hb == nil || hb.Balancer != config.BalancerHashHeader || hb.HashHeader != "x-user" {
 		t.Errorf("upstream-hash-by: %+v", hb)

@@ -560,6 +560,10 @@ func (t *translator) backend(ing *networkingv1.Ingress, b *networkingv1.IngressB
 	}
 	if o.affinityCookie != "" && !o.upstream {
 		bc.Balancer, bc.Cookie, name = config.BalancerCookie, o.affinityCookie, name+"/cookie="+o.affinityCookie
+		bc.CookiePath, bc.CookieMaxAge, bc.CookieSameSite = o.cookiePath, config.Duration(o.cookieMaxAge), o.cookieSameSite
+		if o.cookiePath != "" || o.cookieMaxAge > 0 || o.cookieSameSite != "" {
+			name += fmt.Sprintf(";path=%s;max-age=%s;samesite=%s", o.cookiePath, o.cookieMaxAge, o.cookieSameSite)
+		}
 	} else if o.hashHeader != "" && !o.upstream {
 		bc.Balancer, bc.HashHeader, name = config.BalancerHashHeader, o.hashHeader, name+"/hash="+o.hashHeader
 	}

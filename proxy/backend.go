@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +45,9 @@ type backend struct {
 	lifetime time.Duration // of upstream connections; 0: unbounded
 	// hashHeader is the hash-header balancer's field name, in lower case.
 	hashHeader string
+	// cookieAttrs are the sticky cookie's attributes but its expiry
+	// ("; Path=/; HttpOnly").
+	cookieAttrs string
 	// responseTimeout bounds the wait for a response head, and each wait
 	// for response body bytes.
 	responseTimeout time.Duration
@@ -113,6 +119,14 @@ func newBackend(bc config.Backend, headMax int) *backend {
 		responseTimeout: bc.ResponseTimeout.Std(),
 	}
 	b.tlsConf = upstreamTLS(bc.TLS)
+	b.cookieAttrs = "; Path=" + cmp.Or(bc.CookiePath, "/")
+	if ss := bc.CookieSameSite; ss != "" {
+		b.cookieAttrs += "; SameSite=" + ss
+		if ss == "None" {
+			b.cookieAttrs += "; Secure" // browsers drop SameSite=None without it
+		}
+	}
+	b.cookieAttrs += "; HttpOnly"
 	if bc.Kubernetes != nil {
 		b.mode = bc.Kubernetes.Mode
 		b.set.Store(&endpointSet{err: errors.New("waiting for the Kubernetes caches")})
@@ -124,6 +138,22 @@ func newBackend(bc config.Backend, headMax int) *backend {
 		b.update(eps, nil)
 	}
 	return b
+}
+
+// appendCookie appends to dst the sticky cookie (a Set-Cookie value)
+// that names ep, with the backend's attributes; one with a max age
+// expires then from now.
+func (b *backend) appendCookie(dst []byte, ep *endpoint, now time.Time) []byte {
+	dst = append(dst, b.cfg.Cookie...)
+	dst = append(dst, '=')
+	dst = append(dst, ep.key...)
+	if d := b.cfg.CookieMaxAge.Std(); d > 0 {
+		dst = append(dst, "; Max-Age="...)
+		dst = strconv.AppendInt(dst, int64(d/time.Second), 10)
+		dst = append(dst, "; Expires="...)
+		dst = now.Add(d).UTC().AppendFormat(dst, http.TimeFormat)
+	}
+	return append(dst, b.cookieAttrs...)
 }
 
 // upstreamTLS is the client TLS config of a backend's tls settings, nil

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/proxy/kube"
@@ -202,5 +203,28 @@ func TestNoReuseEndpoint(t *testing.T) {
 	b.update([]kube.Endpoint{{Address: "198.18.128.10:80", Ready: true, Serving: true}}, nil)
 	if ep.pool.retired.Load() || b.byAddr["198.18.128.10:80"] != ep {
 		t.Error("connections do not pool again once no pod terminates")
+	}
+}
+
+// The sticky cookie's attributes (ingress-nginx's session-cookie-path,
+// -max-age and -expires, -samesite; RFC 6265 section 4.1): Path, Max-Age
+// with the matching Expires, SameSite (None with Secure, which browsers
+// require), HttpOnly; without them a session cookie for "/".
+func TestStickyCookieAttributes(t *testing.T) {
+	now := time.Date(2026, 12, 3, 18, 0, 0, 0, time.UTC)
+	ep := &endpoint{key: "k1"}
+	for _, tt := range []struct {
+		bc   config.Backend
+		want string
+	}{
+		{config.Backend{Name: "a", Cookie: "route"}, "route=k1; Path=/; HttpOnly"},
+		{config.Backend{Name: "a", Cookie: "route", CookiePath: "/app", CookieMaxAge: config.Duration(48 * time.Hour), CookieSameSite: "Lax"},
+			"route=k1; Max-Age=172800; Expires=Sat, 05 Dec 2026 18:00:00 GMT; Path=/app; SameSite=Lax; HttpOnly"},
+		{config.Backend{Name: "a", Cookie: "route", CookieSameSite: "None"}, "route=k1; Path=/; SameSite=None; Secure; HttpOnly"},
+	} {
+		b := newBackend(tt.bc, 0)
+		if got := string(b.appendCookie(nil, ep, now)); got != tt.want {
+			t.Errorf("%+v:\n got %s\nwant %s", tt.bc, got, tt.want)
+		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -480,7 +479,9 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 	hc.entry.upstream, hc.entry.backend, hc.entry.endpoint = time.Since(upStart), b.name, ep.addr
 	b.responseTime.Observe(hc.entry.upstream)
 	if b.cfg.Balancer == config.BalancerCookie && a.sticky != ep {
-		hc.extra = fmt.Appendf(hc.extra, "Set-Cookie: %s=%s; Path=/; HttpOnly\r\n", b.cfg.Cookie, ep.key)
+		hc.extra = append(hc.extra, "Set-Cookie: "...)
+		hc.extra = b.appendCookie(hc.extra, ep, hc.entry.start)
+		hc.extra = append(hc.extra, "\r\n"...)
 	}
 	keep := hc.forwardResponse(uc, rt)
 	ep.inflight.Add(-1)

@@ -205,7 +205,7 @@ func (x *h2exchange) serve() {
 	e.upstream, e.endpoint = time.Since(upStart), ep.addr
 	b.responseTime.Observe(e.upstream)
 	if b.cfg.Balancer == config.BalancerCookie && a.sticky != ep {
-		x.cookie = fmt.Appendf(x.cookie, "%s=%s; Path=/; HttpOnly", b.cfg.Cookie, ep.key)
+		x.cookie = b.appendCookie(x.cookie, ep, e.start)
 	}
 	x.forwardResponse(uc, rt)
 	ep.inflight.Add(-1)

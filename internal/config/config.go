@@ -297,6 +297,13 @@ type Backend struct {
 	HashHeader string `json:"hashHeader,omitempty"`
 	// Cookie is the sticky cookie's name. Default: baton-<backend name>.
 	Cookie string `json:"cookie,omitempty"`
+	// CookiePath, CookieMaxAge and CookieSameSite are the sticky
+	// cookie's attributes: its Path (default /), its Max-Age and Expires
+	// (default none: a session cookie), its SameSite (Lax, Strict or None;
+	// None adds Secure, which browsers require with it).
+	CookiePath     string   `json:"cookiePath,omitempty"`
+	CookieMaxAge   Duration `json:"cookieMaxAge,omitempty"`
+	CookieSameSite string   `json:"cookieSameSite,omitempty"`
 	// Retries is how many more attempts an idempotent request gets, on
 	// another address, when it failed after being sent. A failed connect
 	// is always retried on another address.

@@ -195,6 +195,17 @@ func (c *Config) validate(offline bool) error {
 		default:
 			bad("%s: balancer must be round-robin, least-request, cookie or hash-header, not %q", where, b.Balancer)
 		}
+		if p := b.CookiePath; p != "" && (!strings.HasPrefix(p, "/") || strings.ContainsFunc(p, func(r rune) bool { return r < ' ' || r == ';' || r == 0x7f || r > 0x7e })) {
+			bad("%s: cookiePath %q is not a path (no ';', no control or non-ASCII character)", where, p)
+		}
+		switch b.CookieSameSite {
+		case "", "Lax", "Strict", "None":
+		default:
+			bad("%s: cookieSameSite must be Lax, Strict or None, not %q", where, b.CookieSameSite)
+		}
+		if b.CookieMaxAge.Std() < 0 {
+			bad("%s: cookieMaxAge is negative", where)
+		}
 		if b.Retries < 0 || b.Retries > 10 {
 			bad("%s: retries must be between 0 and 10, not %d", where, b.Retries)
 		}
