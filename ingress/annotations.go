@@ -43,6 +43,8 @@ type options struct {
 	cors   *route.CORS   // enable-cors; nil: none
 	limit  *route.RateLimit
 
+	responseHeaders *route.HeaderModifier // custom-headers, resolved by the translator
+
 	affinityCookie string // "": no affinity
 	cookiePath     string
 	cookieMaxAge   time.Duration
@@ -68,7 +70,8 @@ var implemented = map[string]bool{
 	"session-cookie-max-age": true, "session-cookie-samesite": true, "upstream-hash-by": true,
 	"enable-cors": true, "cors-allow-origin": true, "cors-allow-methods": true, "cors-allow-headers": true,
 	"cors-expose-headers": true, "cors-allow-credentials": true, "cors-max-age": true,
-	"limit-rps": true, "limit-rpm": true, "limit-burst-multiplier": true,
+	"custom-headers": true,
+	"limit-rps":      true, "limit-rpm": true, "limit-burst-multiplier": true,
 	"whitelist-source-range": true, "allowlist-source-range": true, "denylist-source-range": true,
 	"canary": true, "canary-weight": true, "canary-weight-total": true, "canary-by-header": true, "canary-by-header-value": true, "canary-by-cookie": true,
 }
@@ -329,6 +332,15 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 		o.canaryCookie = v
 	}
 	return o, unknown, errors.Join(errs...)
+}
+
+// annotationValue is the value of ingress-nginx annotation name of ing,
+// under either prefix (baton's first).
+func annotationValue(ing *networkingv1.Ingress, name string) string {
+	if v, ok := ing.Annotations[batonPrefix+name]; ok {
+		return v
+	}
+	return ing.Annotations[nginxPrefix+name]
 }
 
 // regex reports whether ing's paths are regular expressions: use-regex,

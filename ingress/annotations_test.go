@@ -8,7 +8,9 @@ import (
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/proxy/route"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The annotations' meanings are ingress-nginx's, each cited to its
@@ -290,5 +292,29 @@ func TestRateLimitAnnotations(t *testing.T) {
 	}
 	if res := translate(nil, annotated("bad", "limit-rps", "fast")); len(res.Problems["shop/bad"]) != 1 {
 		t.Errorf("a bad limit: %+v", res.Problems)
+	}
+}
+
+// "Custom Headers": the fields of a ConfigMap of the Ingress's namespace
+// on every response; one that frames the message is said and left out; a
+// ConfigMap of another namespace is not read (an Ingress may not copy
+// another namespace's data into its responses).
+func TestCustomHeaders(t *testing.T) {
+	cms := map[string]*corev1.ConfigMap{
+		"shop/headers":  {ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "headers", ResourceVersion: "1"}, Data: map[string]string{"X-Frame-Options": "DENY", "Content-Length": "0"}},
+		"other/secrets": {ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "secrets"}, Data: map[string]string{"X-Token": "hidden"}},
+	}
+	s := &Snapshot{Classes: []networkingv1.IngressClass{class("baton", ControllerName, false)}, ConfigMaps: func(k string) *corev1.ConfigMap { return cms[k] },
+		Ingresses: []networkingv1.Ingress{annotated("a", "custom-headers", "shop/headers"), annotated("b", "custom-headers", "other/secrets")}}
+	res := Translate(s, opts)
+	c, _ := request(t, res, "a.example", "/app")
+	if c == nil || c.Filters.ResponseHeaders == nil || len(c.Filters.ResponseHeaders.Set) != 1 || c.Filters.ResponseHeaders.Set[0] != (route.Header{Name: "X-Frame-Options", Value: "DENY"}) {
+		t.Fatalf("custom headers: %+v", c)
+	}
+	if p := res.Problems["shop/a"]; len(p) != 1 || !strings.Contains(p[0].Message, "Content-Length") {
+		t.Errorf("a framing field: %+v", p)
+	}
+	if p := res.Problems["shop/b"]; len(p) != 1 || !strings.Contains(p[0].Message, "not found in the Ingress's namespace") {
+		t.Errorf("another namespace's ConfigMap: %+v", p)
 	}
 }

@@ -95,6 +95,7 @@ var resources = []struct {
 	{"ingresses", true, &networkingv1.Ingress{}, func() runtime.Object { return &networkingv1.IngressList{} }},
 	{"services", false, &corev1.Service{}, func() runtime.Object { return &corev1.ServiceList{} }},
 	{"secrets", false, &corev1.Secret{}, func() runtime.Object { return &corev1.SecretList{} }},
+	{"configmaps", false, &corev1.ConfigMap{}, func() runtime.Object { return &corev1.ConfigMapList{} }},
 }
 
 // New returns a controller on the API server of kubeconfig (in-cluster
@@ -138,6 +139,10 @@ func New(kubeconfig string, cfg Config, sink Sink, log *zap.Logger) (*Controller
 					c.changed()
 				}
 			}
+		case "configmaps":
+			// Those an Ingress names (custom-headers) are in its
+			// translation's key by version: no world of every Ingress.
+			changed = func(any, any) { c.changed() }
 		case "services":
 			// Only the Service that fronts baton matters (its address
 			// goes to the status); no translation reads Services.
@@ -392,6 +397,13 @@ func (c *Controller) snapshot() *Snapshot {
 	for _, o := range c.stores["secrets"].List() {
 		sec := o.(*corev1.Secret)
 		s.Secrets[sec.Namespace+"/"+sec.Name] = sec
+	}
+	s.ConfigMaps = func(key string) *corev1.ConfigMap {
+		obj, ok, _ := c.stores["configmaps"].GetByKey(key)
+		if !ok {
+			return nil
+		}
+		return obj.(*corev1.ConfigMap)
 	}
 	return s
 }

@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/proxy/h1"
 	"github.com/baton-proxy/baton/proxy/route"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -56,6 +57,9 @@ type Snapshot struct {
 	// Services and Secrets by "namespace/name".
 	Services map[string]*corev1.Service
 	Secrets  map[string]*corev1.Secret
+	// ConfigMaps finds a ConfigMap by "namespace/name" (nil: none), for
+	// custom-headers.
+	ConfigMaps func(key string) *corev1.ConfigMap
 	// Good are the last Result's: an Ingress refused (a value that does
 	// not parse) serves its last good version, and one whose object and
 	// world are as they were is not translated again.
@@ -171,7 +175,7 @@ func Translate(s *Snapshot, opts Options) *Result {
 	}
 	for _, ing := range mains {
 		key := ing.Namespace + "/" + ing.Name
-		sig := t.canarySig(ing)
+		sig := t.canarySig(ing) + t.headersSig(ing)
 		if tr := s.Good[key]; tr != nil && tr.current(ing, s.World, sig) {
 			t.keep(key, tr)
 			for _, p := range tr.problems {
@@ -217,6 +221,33 @@ func (t *translator) canarySig(ing *networkingv1.Ingress) string {
 		}
 	}
 	return b.String()
+}
+
+// headersSig names the version of the ConfigMap of ing's custom-headers,
+// for Translation.current.
+func (t *translator) headersSig(ing *networkingv1.Ingress) string {
+	if cm := t.customHeaders(ing); cm != nil {
+		return "headers@" + cm.ResourceVersion
+	}
+	return ""
+}
+
+// customHeaders returns the ConfigMap ing's custom-headers names, nil
+// when none or none such. It is looked for in ing's namespace only: an
+// Ingress may not read another namespace's ConfigMaps into its responses.
+func (t *translator) customHeaders(ing *networkingv1.Ingress) *corev1.ConfigMap {
+	v := annotationValue(ing, "custom-headers")
+	if v == "" || t.s.ConfigMaps == nil {
+		return nil
+	}
+	name := v
+	if ns, n, ok := strings.Cut(v, "/"); ok {
+		if ns != ing.Namespace {
+			return nil
+		}
+		name = n
+	}
+	return t.s.ConfigMaps(ing.Namespace + "/" + name)
 }
 
 // keep adds tr, the translation of the Ingress key, to the result.
@@ -350,6 +381,9 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries stri
 		}
 		t.certificate(ing, tl.SecretName)
 	}
+	if v := annotationValue(ing, "custom-headers"); v != "" {
+		o.responseHeaders = t.headers(ing, v)
+	}
 	// A host with TLS is redirected from HTTP to HTTPS (ingress-nginx's
 	// ssl-redirect, on unless "false"; 308 keeps the method and body);
 	// force-ssl-redirect redirects every host of ing.
@@ -473,8 +507,35 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries stri
 	t.keep(key, t.cur)
 }
 
+// headers are the response header fields of custom-headers v, the
+// ConfigMap of ing's namespace whose data are the fields (ingress-nginx's
+// custom-headers, its more_set_headers). A field that is not one, or that
+// is baton's to write (framing, X-Forwarded-*), is said and left out.
+func (t *translator) headers(ing *networkingv1.Ingress, v string) *route.HeaderModifier {
+	cm := t.customHeaders(ing)
+	if cm == nil {
+		t.problem(ing, ReasonInvalid, "custom-headers: ConfigMap %q not found in the Ingress's namespace (another namespace's is not read)", v)
+		return nil
+	}
+	m := &route.HeaderModifier{}
+	for _, name := range slices.Sorted(maps.Keys(cm.Data)) {
+		value := strings.TrimSpace(cm.Data[name])
+		switch {
+		case !h1.IsToken(name) || route.Reserved(name) || strings.ContainsAny(value, "\r\n\x00"):
+			t.problem(ing, ReasonInvalid, "custom-headers: %s: %q is not a header baton may set", v, name)
+		default:
+			m.Set = append(m.Set, route.Header{Name: name, Value: value})
+		}
+	}
+	if len(m.Set) == 0 {
+		return nil
+	}
+	return m
+}
+
 // filters adds what o asks of the requests a rule forwards.
 func (o *options) filters(r *route.Rule[string]) {
+	r.Filters.ResponseHeaders = o.responseHeaders
 	if o.rewriteTarget != "" || o.upstreamVhost != "" {
 		r.Filters.Rewrite = &route.Rewrite{Hostname: o.upstreamVhost}
 		if o.rewriteTarget != "" {

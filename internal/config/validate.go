@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/proxy/h1"
+	"github.com/baton-proxy/baton/proxy/route"
 )
 
 // Validate checks c and returns every problem found, joined, each wrapping
@@ -455,16 +456,6 @@ func checkRouteMatch(where string, r *Route, bad func(string, ...any)) {
 	}
 }
 
-// reservedFields are the header fields a filter may not write or remove:
-// those that frame a message or its connection, Host (rewrite.hostname
-// changes it), and baton's own X-Forwarded-* (trustedProxies decides
-// those).
-var reservedFields = map[string]bool{
-	"host": true, "content-length": true, "transfer-encoding": true, "connection": true, "upgrade": true,
-	"keep-alive": true, "proxy-connection": true, "te": true, "trailer": true,
-	"x-forwarded-for": true, "x-forwarded-proto": true, "x-forwarded-host": true,
-}
-
 // checkRouteFilters checks a route's filters.
 func checkRouteFilters(where string, r *Route, bad func(string, ...any)) {
 	for key, f := range map[string]*HeaderFilter{"requestHeaders": r.RequestHeaders, "responseHeaders": r.ResponseHeaders} {
@@ -482,7 +473,7 @@ func checkRouteFilters(where string, r *Route, bad func(string, ...any)) {
 			switch {
 			case !h1.IsToken(n):
 				bad("%s.%s: %q is not a field name", where, key, n)
-			case reservedFields[strings.ToLower(n)]:
+			case route.Reserved(n):
 				bad("%s.%s: %q is baton's to write (framing, Host, X-Forwarded-*): a filter cannot change it", where, key, n)
 			}
 		}

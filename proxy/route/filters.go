@@ -179,6 +179,21 @@ func (r *Redirect) Status() int {
 	return r.StatusCode
 }
 
+// reserved are the header fields a filter may not write or remove: those
+// that frame a message or its connection (a second Content-Length a
+// filter wrote would desynchronize the next hop: request or response
+// smuggling), Host (a rewrite's hostname changes it), and baton's own
+// X-Forwarded-* (trustedProxies decides those).
+var reserved = map[string]bool{
+	"host": true, "content-length": true, "transfer-encoding": true, "connection": true, "upgrade": true,
+	"keep-alive": true, "proxy-connection": true, "te": true, "trailer": true,
+	"x-forwarded-for": true, "x-forwarded-proto": true, "x-forwarded-host": true,
+}
+
+// Reserved reports whether a filter may not write or remove the header
+// field name (any case).
+func Reserved(name string) bool { return reserved[strings.ToLower(name)] }
+
 // checkFilters refuses filters that would put bytes on the wire that no
 // request or response may carry: the values come from whoever writes
 // routes (in Kubernetes, any namespace's owner), and nothing must let one
@@ -199,10 +214,16 @@ func checkFilters[B any](f *Filters[B]) error {
 			if !validValue(h.Value) {
 				return fmt.Errorf("header %s: value %q holds a control character or surrounding space", h.Name, h.Value)
 			}
+			if Reserved(h.Name) {
+				return fmt.Errorf("header %s is baton's to write (framing, Host, X-Forwarded-*): a filter cannot set it", h.Name)
+			}
 		}
 		for _, n := range m.Remove {
 			if !h1.IsToken(n) {
 				return fmt.Errorf("header name %q is not a token", n)
+			}
+			if Reserved(n) {
+				return fmt.Errorf("header %s is baton's to write (framing, Host, X-Forwarded-*): a filter cannot remove it", n)
 			}
 		}
 	}

@@ -1,6 +1,9 @@
 package route
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // ReplacePrefixMatch by the Gateway API's table (HTTPPathModifier,
 // apis/v1/httproute_types.go): the matched prefix is replaced by whole
@@ -133,5 +136,31 @@ func TestFiltersRefuseInjection(t *testing.T) {
 	ok.Filters = Filters[string]{RequestHeaders: &HeaderModifier{Set: []Header{{"X-A", "a\tb"}}}, Rewrite: &Rewrite{Hostname: "a-b.example", Path: &PathModifier{ReplacePrefix: true}}}
 	if _, err := Compile([]Rule[string]{ok}); err != nil {
 		t.Errorf("good filters refused: %v", err)
+	}
+}
+
+// A filter may not write or remove the fields that frame a message or its
+// connection, nor Host and X-Forwarded-*: a second Content-Length or a
+// Transfer-Encoding written by a route's author would let one message be
+// read two ways by the next hop (RFC 9112 section 6.3; the CL.TE and TE.CL
+// request smuggling of PortSwigger's "HTTP request smuggling", 2019, and
+// its response-side twin, response splitting). Every translator's rules
+// (the YAML, the Gateway API, Ingress) come through here.
+func TestFiltersMayNotWriteFraming(t *testing.T) {
+	for _, f := range []Filters[string]{
+		{RequestHeaders: &HeaderModifier{Set: []Header{{Name: "Content-Length", Value: "0"}}}},
+		{RequestHeaders: &HeaderModifier{Add: []Header{{Name: "transfer-encoding", Value: "chunked"}}}},
+		{ResponseHeaders: &HeaderModifier{Set: []Header{{Name: "Content-Length", Value: "5"}}}},
+		{ResponseHeaders: &HeaderModifier{Add: []Header{{Name: "Connection", Value: "close"}}}},
+		{RequestHeaders: &HeaderModifier{Set: []Header{{Name: "Host", Value: "other.example"}}}},
+		{RequestHeaders: &HeaderModifier{Remove: []string{"X-Forwarded-For"}}},
+		{ResponseHeaders: &HeaderModifier{Remove: []string{"Transfer-Encoding"}}},
+	} {
+		if err := checkFilters(&f); err == nil || !strings.Contains(err.Error(), "baton's to write") {
+			t.Errorf("%+v %+v: %v", f.RequestHeaders, f.ResponseHeaders, err)
+		}
+	}
+	if err := checkFilters(&Filters[string]{ResponseHeaders: &HeaderModifier{Set: []Header{{Name: "X-Frame-Options", Value: "DENY"}}}}); err != nil {
+		t.Errorf("an ordinary header refused: %v", err)
 	}
 }
