@@ -57,8 +57,8 @@ block=$(mktemp)
 	echo
 	echo "**Churn under load** (\`BenchmarkGatewayChurn\`): 1,000 HTTPRoute changes (the weights of the"
 	echo "route under load, the matches of others, routes deleted and created again; one every 20 ms),"
-	echo "20 listener additions and removals and 100 rotations of the HTTPS listener's Secret (each a"
-	echo "handoff), while keep-alive, new-connection and POST clients over HTTP and HTTPS and"
+	echo "20 listener additions and removals (each a handoff) and 100 rotations of the HTTPS listener's"
+	echo "Secret (inside the workers), while keep-alive, new-connection and POST clients over HTTP and HTTPS and"
 	echo "WebSocket-like upgraded streams of 5 s run against the route under load:"
 	echo
 	echo "    $(figures GatewayChurn)"

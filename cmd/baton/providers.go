@@ -13,6 +13,7 @@ import (
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/supervisor"
 	"go.uber.org/zap"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
 // providerSink serves the route providers' results (the Gateway API
@@ -121,25 +122,31 @@ func (g gatewaySink) Serve(ctx context.Context, res *gateway.Result) error {
 	if err != nil {
 		return fmt.Errorf("gateway routing: %w", err)
 	}
-	return g.p.serve(config.ProviderGateway, gatewayListeners(res), providerRouting{head.Backends, head.Certificates, lines})
+	ls, certs := gatewayListeners(res)
+	return g.p.serve(config.ProviderGateway, ls, providerRouting{head.Backends, certs, lines})
 }
 
 // gatewayListeners are res's listeners as the config's: a reuseport group
 // per Gateway and port, bound whether or not an interface has the
-// address.
-func gatewayListeners(res *gateway.Result) []config.Listener {
+// address; and the certificates of the HTTPS ones, which travel with the
+// routing (a rotated Secret is no handoff; a listener added is).
+func gatewayListeners(res *gateway.Result) ([]config.Listener, map[string][]config.Certificate) {
 	var ls []config.Listener
+	var certs map[string][]config.Certificate
 	for _, l := range res.Listeners {
 		cl := config.Listener{Name: l.Name, Address: l.Address.String(), Protocol: config.ProtocolHTTP, ReusePort: true, FreeBind: true, Provider: config.ProviderGateway}
-		if len(l.Certificates) > 0 {
+		if l.Protocol == gwv1.HTTPSProtocolType || len(l.Certificates) > 0 {
 			cl.TLS = &config.ListenerTLS{MinVersion: config.DefaultTLSMinVersion}
 			for _, c := range l.Certificates {
-				cl.TLS.Certificates = append(cl.TLS.Certificates, config.Certificate{CertPEM: c.CertPEM, KeyPEM: c.KeyPEM})
+				if certs == nil {
+					certs = map[string][]config.Certificate{}
+				}
+				certs[l.Name] = append(certs[l.Name], config.Certificate{CertPEM: c.CertPEM, KeyPEM: c.KeyPEM})
 			}
 		}
 		ls = append(ls, cl)
 	}
-	return ls
+	return ls, certs
 }
 
 // startGateway starts the Gateway API controller of cfg's gateway

@@ -215,7 +215,7 @@ func reportLatency(b *testing.B, lat []time.Duration) {
 // a busy cluster does, and counts what the clients lost: 1,000 HTTPRoute
 // changes (the weights of the route under load, the matches of others,
 // routes deleted and created again), 20 listener additions and removals
-// (each a handoff) and 100 rotations of the HTTPS listener's Secret, while
+// (each a handoff) and 100 rotations of the HTTPS listener's Secret (no handoff), while
 // keep-alive, new-connection and POST clients (HTTP and HTTPS) and
 // WebSocket-like upgraded streams of 5 s each run against the route under
 // load, and one such stream lives through all of it. Reported: failed

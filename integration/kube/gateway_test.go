@@ -389,7 +389,7 @@ func TestGatewayHTTPS(t *testing.T) {
 		t.Fatal(err)
 	}
 	class := "baton-" + ns
-	startBaton(t, fmt.Sprintf(`controlSocket: "@DIR@/run/control.sock"
+	b := startBaton(t, fmt.Sprintf(`controlSocket: "@DIR@/run/control.sock"
 readyTimeout: 20s
 kubernetes:
   kubeconfig: %s
@@ -447,11 +447,16 @@ spec:
 		return condition(t, dyn, "gateways", ns, "tls", "Programmed") == "True"
 	})
 
-	// Rotated.
+	// Rotated: inside the workers (the certificates travel with the
+	// routing), no handoff.
+	gen := b.Status().ActiveGeneration
 	if _, err := client.CoreV1().Secrets(ns).Update(context.Background(), secret(8), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	harness.WaitFor(t, 60*time.Second, "the rotated certificate served", func() bool { s, _ := serial(); return s == 8 })
+	if g := b.Status().ActiveGeneration; g != gen {
+		t.Errorf("a rotated Secret made a handoff: generation %d, then %d", gen, g)
+	}
 
 	// Made invalid: the last good certificate serves on, and the listener
 	// says the reference is invalid.
