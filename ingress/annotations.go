@@ -42,6 +42,7 @@ type options struct {
 	access *route.Access // the source ranges; nil: any client
 	cors   *route.CORS   // enable-cors; nil: none
 	limit  *route.RateLimit
+	conns  int // limit-connections
 
 	responseHeaders *route.HeaderModifier // custom-headers, resolved by the translator
 
@@ -245,6 +246,7 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 	case rpm > 0:
 		o.limit = &route.RateLimit{Rate: float64(rpm) / 60, Burst: rpm * mult}
 	}
+	intIn("limit-connections", 1, 1_000_000, &o.conns)
 	enableCORS := false
 	boolean("enable-cors", &enableCORS)
 	if enableCORS {

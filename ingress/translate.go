@@ -412,7 +412,7 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries stri
 			if o.bodySize >= 0 {
 				r.MaxBodySize = o.bodySize
 			}
-			r.Access, r.RateLimit = o.access, o.limit
+			r.Access, r.RateLimit, r.MaxConnections = o.access, o.limit, o.conns
 			switch {
 			case listener == t.opts.HTTPListener && redirects(host):
 				r.Backends = nil

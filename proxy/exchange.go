@@ -44,9 +44,10 @@ func (p *Proxy) route(listener string, client netip.Addr, req *h1.Request, rt *r
 	if rule.Access != nil && !rule.Access.Allows(client) {
 		return nil, 403
 	}
-	if !rule.Allow(client, e.start) {
+	if !rule.Allow(client, e.start) || !rule.Acquire(client) {
 		return nil, routeLimited
 	}
+	rt.client, rt.acquired = client, true
 	if rule.Filters.CORS != nil && string(req.Method) == "OPTIONS" {
 		return nil, routePreflight
 	}

@@ -428,6 +428,7 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 	var a attempt
 	rt := &hc.rt
 	set, status := p.route(hc.f.name, hc.clientIP, req, rt, &a, &hc.entry)
+	defer rt.release()
 	switch status {
 	case 0:
 	case routeRedirect:

@@ -166,6 +166,7 @@ func (x *h2exchange) serve() {
 	var a attempt
 	rt := &x.rt
 	set, status := p.route(x.cl.f.name, x.cl.clientIP, req, rt, &a, e)
+	defer rt.release()
 	switch status {
 	case 0:
 	case routeRedirect:

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -33,6 +34,19 @@ type routed struct {
 	// cors holds the CORS fields of a response (a buffer kept from one
 	// request to the next).
 	cors []route.Field
+	// acquired: the request is counted in its rule's MaxConnections, as
+	// client's, until release.
+	acquired bool
+	client   netip.Addr
+}
+
+// release counts the request out of its rule's MaxConnections, once it
+// is over.
+func (rt *routed) release() {
+	if rt.acquired {
+		rt.rule.Release(rt.client)
+		rt.acquired = false
+	}
 }
 
 // headDeadline sets uc's read deadline for the response head of an

@@ -91,6 +91,20 @@ func servedByEveryWorker(addr, host, target string) bool {
 	return true
 }
 
+// servedCode is the status of a GET of host's target from addr on a new
+// connection (0: none).
+func servedCode(addr, host, target string) int {
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	req, _ := http.NewRequest("GET", "http://"+addr+target, nil)
+	req.Host = host
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // An Ingress of baton's IngressClass, end to end on a real API server and
 // the real binary: its rule served (the Service's port by name, the pods
 // its EndpointSlice names), its TLS host served with its Secret's
@@ -206,7 +220,7 @@ func TestIngressEndToEnd(t *testing.T) {
 // kubernetes/ingress-nginx defines it: rewrite-target with capture
 // groups, permanent-redirect, app-root, upstream-vhost,
 // x-forwarded-prefix, proxy-body-size, canary-by-header, the source
-// ranges, enable-cors, limit-rps; an annotation
+// ranges, enable-cors, limit-rps, limit-connections; an annotation
 // baton does not implement is an Event on its Ingress, the rest served;
 // an invalid value is an Event too, and the Ingress's last good version
 // serves on. None of it is a handoff.
@@ -245,6 +259,7 @@ func TestIngressAnnotations(t *testing.T) {
 	create("canary", "can.example", "/", prefix, "next", "canary", "true", "canary-by-header", "X-Canary")
 	create("cors", "cors.example", "/", prefix, "app", "enable-cors", "true", "cors-allow-origin", "https://app.example, https://admin.example")
 	create("limited", "limit.example", "/", prefix, "app", "limit-rps", "1", "limit-burst-multiplier", "1")
+	create("oneatatime", "conn.example", "/", prefix, "app", "limit-connections", "1")
 	// The client is on 198.18.0.0/15 (the test's addresses).
 	create("denied", "deny.example", "/", prefix, "app", "denylist-source-range", "198.18.0.0/15")
 	create("outside", "allow.example", "/", prefix, "app", "allowlist-source-range", "10.0.0.0/8")
@@ -337,6 +352,40 @@ func TestIngressAnnotations(t *testing.T) {
 	if codes[200] != 1 || codes[503] != 8 {
 		t.Errorf("limit-rps 1 with a burst of 1, 9 requests after the first: %v, want one 200 and eight 503", codes)
 	}
+	// limit-connections 1: while one request of the client's is in
+	// flight (a backend that answers in 2 s), another is answered 503;
+	// once it is over, one goes through again.
+	harness.WaitFor(t, 30*time.Second, "the connection-limited Ingress served", func() bool { return servedByEveryWorker(addr, "conn.example", "/") })
+	slow := make(chan int, 1)
+	go func() {
+		c := &http.Client{Timeout: 10 * time.Second}
+		req, _ := http.NewRequest("GET", "http://"+addr+"/sleep/2s", nil)
+		req.Host = "conn.example"
+		resp, err := c.Do(req)
+		if err != nil {
+			slow <- 0
+			return
+		}
+		resp.Body.Close()
+		slow <- resp.StatusCode
+	}()
+	// Each worker counts its own: a request on a new connection is refused
+	// when it lands on the slow request's worker, so some of a few hundred
+	// are.
+	refused := 0
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) && refused == 0 {
+		if servedCode(addr, "conn.example", "/") == 503 {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Error("limit-connections 1: no request refused while one was in flight")
+	}
+	if code := <-slow; code != 200 {
+		t.Errorf("the request in flight: %d", code)
+	}
+	harness.WaitFor(t, 10*time.Second, "a request after the slow one", func() bool { return servedCode(addr, "conn.example", "/") == 200 })
 	// Source ranges: 403 to a client they do not allow.
 	for host, want := range map[string]int{"deny.example": 403, "allow.example": 403, "allowed.example": 200} {
 		if got := do("GET", host, "/", "").StatusCode; got != want {

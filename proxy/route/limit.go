@@ -80,3 +80,44 @@ func (c *Compiled[B]) Allow(client netip.Addr, now time.Time) bool {
 	}
 	return c.limit.allow(client.Unmap(), now)
 }
+
+// connLimiter counts a rule's requests in flight by client address, for
+// MaxConnections (nginx's limit_conn, which counts the connections with a
+// request being served: a WebSocket counts while it is open).
+type connLimiter struct {
+	max int
+	mu  sync.Mutex
+	n   map[netip.Addr]int
+}
+
+// Acquire counts a request of client's in, and reports whether it may go
+// on under c's MaxConnections (always, when it has none); one that may
+// must be counted out with Release when it ends.
+func (c *Compiled[B]) Acquire(client netip.Addr) bool {
+	l := c.conns
+	if l == nil {
+		return true
+	}
+	client = client.Unmap()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n[client] >= l.max {
+		return false
+	}
+	l.n[client]++
+	return true
+}
+
+// Release counts out a request Acquire let go on.
+func (c *Compiled[B]) Release(client netip.Addr) {
+	l := c.conns
+	if l == nil {
+		return
+	}
+	client = client.Unmap()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n[client]--; l.n[client] <= 0 {
+		delete(l.n, client)
+	}
+}

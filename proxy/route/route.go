@@ -63,6 +63,10 @@ type Rule[B any] struct {
 	// RateLimit, when set, bounds each client's requests; beyond it,
 	// 503.
 	RateLimit *RateLimit `json:",omitzero"`
+	// MaxConnections, when not 0, bounds each client's requests in
+	// flight at once (ingress-nginx's limit-connections); beyond it, 503.
+	// Each worker counts its own.
+	MaxConnections int `json:",omitzero"`
 }
 
 // Access is who may send a rule's requests, by the client's address (the
@@ -336,7 +340,7 @@ type Timeouts struct {
 func Resolve[A, B any](r Rule[A], find func(A) (B, bool)) Rule[B] {
 	out := Rule[B]{
 		Name: r.Name, Listener: r.Listener, Hostnames: r.Hostnames, OneLabel: r.OneLabel, Matches: r.Matches,
-		MaxBodySize: r.MaxBodySize, BufferRequestBody: r.BufferRequestBody, Order: r.Order, Timeouts: r.Timeouts, Access: r.Access, RateLimit: r.RateLimit,
+		MaxBodySize: r.MaxBodySize, BufferRequestBody: r.BufferRequestBody, Order: r.Order, Timeouts: r.Timeouts, Access: r.Access, RateLimit: r.RateLimit, MaxConnections: r.MaxConnections,
 		Filters: Filters[B]{RequestHeaders: r.Filters.RequestHeaders, ResponseHeaders: r.Filters.ResponseHeaders, Redirect: r.Filters.Redirect, Rewrite: r.Filters.Rewrite, CORS: r.Filters.CORS},
 	}
 	for _, b := range r.Backends {

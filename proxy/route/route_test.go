@@ -562,3 +562,29 @@ func TestRateLimit(t *testing.T) {
 		t.Error("a rate limit of 0 a second compiled")
 	}
 }
+
+// MaxConnections as nginx's limit_conn (ingress-nginx's limit-connections):
+// a client's requests in flight at once, counted per client; one released
+// makes room for the next.
+func TestMaxConnections(t *testing.T) {
+	r := rule("limited", nil)
+	r.MaxConnections = 2
+	c, _ := compile(t, r).Match("web", req("GET", "h/"))
+	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	if !c.Acquire(a) || !c.Acquire(a) || c.Acquire(a) {
+		t.Fatal("two in flight allowed, a third refused: not so")
+	}
+	if !c.Acquire(b) {
+		t.Error("another client counted with the first")
+	}
+	c.Release(a)
+	if !c.Acquire(netip.MustParseAddr("::ffff:192.0.2.1")) {
+		t.Error("a released request made no room (or a mapped address is another client)")
+	}
+	c.Release(a)
+	c.Release(a)
+	c.Release(b)
+	if n := len(c.conns.n); n != 0 {
+		t.Errorf("%d clients still counted", n)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -135,6 +136,7 @@ type Compiled[B any] struct {
 	RewriteHost []byte
 	pathRE      map[string]*regexp.Regexp // its PathRegex matches' by value
 	limit       *limiter                  // its RateLimit's buckets; nil: none
+	conns       *connLimiter              // its MaxConnections' counts; nil: none
 	total       int                       // the backends' total weight
 	cumulate    []int                     // running sums of the weights
 }
@@ -320,6 +322,12 @@ func compileRule[B any](r *Rule[B]) (*Compiled[B], []*entry[B], error) {
 			return nil, nil, fmt.Errorf("%s: rate limit %v a second, burst %d", r.Name, l.Rate, l.Burst)
 		}
 		c.limit = newLimiter(l)
+	}
+	switch {
+	case r.MaxConnections < 0:
+		return nil, nil, fmt.Errorf("%s: max connections %d", r.Name, r.MaxConnections)
+	case r.MaxConnections > 0:
+		c.conns = &connLimiter{max: r.MaxConnections, n: make(map[netip.Addr]int)}
 	}
 	for _, b := range r.Backends {
 		c.total += max(b.Weight, 0)
