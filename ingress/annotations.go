@@ -57,6 +57,7 @@ type options struct {
 	canaryTotal       int
 	canaryHeader      string
 	canaryHeaderValue string
+	canaryHeaderRegex string // canary-by-header-pattern
 	canaryCookie      string
 }
 
@@ -74,7 +75,7 @@ var implemented = map[string]bool{
 	"custom-headers": true,
 	"limit-rps":      true, "limit-rpm": true, "limit-burst-multiplier": true,
 	"whitelist-source-range": true, "allowlist-source-range": true, "denylist-source-range": true,
-	"canary": true, "canary-weight": true, "canary-weight-total": true, "canary-by-header": true, "canary-by-header-value": true, "canary-by-cookie": true,
+	"canary": true, "canary-weight": true, "canary-weight-total": true, "canary-by-header": true, "canary-by-header-value": true, "canary-by-header-pattern": true, "canary-by-cookie": true,
 }
 
 // parseOptions reads ing's annotations. Those under the prefixes that
@@ -326,6 +327,12 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 	}
 	if v, ok := get("canary-by-header-value"); ok {
 		o.canaryHeaderValue = v
+	}
+	if v, ok := get("canary-by-header-pattern"); ok {
+		if _, err := regexp.Compile("^(?:" + v + ")$"); err != nil {
+			bad("canary-by-header-pattern", "%q is not a regular expression (RE2): %v", v, err)
+		}
+		o.canaryHeaderRegex = v
 	}
 	if v, ok := get("canary-by-cookie"); ok {
 		if !h1.IsToken(v) {

@@ -260,6 +260,17 @@ func TestCanary(t *testing.T) {
 	if got := to("X-Canary", "always"); got != "k8s/shop/web:80=80,k8s/shop/web-v2:80=20" {
 		t.Errorf("another value: %s", got)
 	}
+	// canary-by-header-pattern (when no -value): a regular expression of
+	// the whole value.
+	delete(c.Annotations, nginxPrefix+"canary-by-header-value")
+	c.Annotations[nginxPrefix+"canary-by-header-pattern"] = "beta-.*"
+	res = translate(nil, main, c)
+	if got := to("X-Canary", "beta-7"); got != "k8s/shop/web-v2:80=1" {
+		t.Errorf("by header pattern: %s", got)
+	}
+	if got := to("X-Canary", "xbeta-7"); got != "k8s/shop/web:80=80,k8s/shop/web-v2:80=20" {
+		t.Errorf("a value the pattern does not match whole: %s", got)
+	}
 }
 
 // "Whitelist source range" (allowlist-source-range, its new name) and

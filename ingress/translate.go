@@ -485,6 +485,8 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries stri
 			if h := c.o.canaryHeader; h != "" {
 				if v := c.o.canaryHeaderValue; v != "" {
 					add(what+" canary header", host, withHeader(m, h, v, false), to(c.backend), nil)
+				} else if re := c.o.canaryHeaderRegex; re != "" {
+					add(what+" canary header", host, withHeader(m, h, re, true), to(c.backend), nil)
 				} else {
 					add(what+" canary header", host, withHeader(m, h, "always", false), to(c.backend), nil)
 					add(what+" canary header never", host, withHeader(m, h, "never", false), to(name), nil)
