@@ -218,7 +218,8 @@ func TestIngressEndToEnd(t *testing.T) {
 // binary, real pods), each asserting what a client sees, as
 // docs/user-guide/nginx-configuration/annotations.md of
 // kubernetes/ingress-nginx defines it: rewrite-target with capture
-// groups, permanent-redirect, app-root, upstream-vhost,
+// groups, permanent-redirect, temporal-redirect, app-root, upstream-vhost,
+// affinity cookie, custom-headers, canary-by-cookie,
 // x-forwarded-prefix, proxy-body-size, canary-by-header, the source
 // ranges, enable-cors, limit-rps, limit-connections; an annotation
 // baton does not implement is an Event on its Ingress, the rest served;
@@ -256,7 +257,15 @@ func TestIngressAnnotations(t *testing.T) {
 	create("vhost", "vh.example", "/", prefix, "app", "upstream-vhost", "internal.example", "x-forwarded-prefix", "/vh",
 		"proxy-body-size", "1k", "configuration-snippet", "more_set_headers \"X: y\";")
 	create("main", "can.example", "/", prefix, "app")
-	create("canary", "can.example", "/", prefix, "next", "canary", "true", "canary-by-header", "X-Canary")
+	create("canary", "can.example", "/", prefix, "next", "canary", "true", "canary-by-header", "X-Canary", "canary-by-cookie", "canary")
+	create("temp", "temp.example", "/", prefix, "app", "temporal-redirect", "https://other.example/x", "temporal-redirect-code", "307")
+	create("sticky", "sticky.example", "/", prefix, "app", "affinity", "cookie", "session-cookie-name", "route",
+		"session-cookie-max-age", "3600", "session-cookie-samesite", "Lax")
+	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "headers"},
+		Data: map[string]string{"X-Frame-Options": "DENY"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	create("custom", "custom.example", "/", prefix, "app", "custom-headers", "headers")
 	create("cors", "cors.example", "/", prefix, "app", "enable-cors", "true", "cors-allow-origin", "https://app.example, https://admin.example")
 	create("limited", "limit.example", "/", prefix, "app", "limit-rps", "1", "limit-burst-multiplier", "1")
 	create("oneatatime", "conn.example", "/", prefix, "app", "limit-connections", "1")
@@ -327,6 +336,25 @@ func TestIngressAnnotations(t *testing.T) {
 			t.Errorf("canary-by-header X-Canary %q: %s, want %s", hdr, got, want)
 		}
 	}
+	// canary-by-cookie: "always" to the canary (after the header, which
+	// is not sent here).
+	if got := do("GET", "can.example", "/", "", "Cookie", "a=b; canary=always").Header.Get("X-Backend"); got != "ann-next" {
+		t.Errorf("canary-by-cookie always: %s", got)
+	}
+	// temporal-redirect with its code.
+	if r := do("GET", "temp.example", "/", ""); r.StatusCode != 307 || !strings.HasPrefix(r.Header.Get("Location"), "https://other.example/x") {
+		t.Errorf("temporal-redirect 307: %d %q", r.StatusCode, r.Header.Get("Location"))
+	}
+	// affinity cookie with its attributes.
+	harness.WaitFor(t, 30*time.Second, "the sticky Ingress served", func() bool { return servedByEveryWorker(addr, "sticky.example", "/") })
+	if c := do("GET", "sticky.example", "/", "").Header.Get("Set-Cookie"); !strings.HasPrefix(c, "route=") ||
+		!strings.Contains(c, "; Max-Age=3600; Expires=") || !strings.HasSuffix(c, "; Path=/; SameSite=Lax; HttpOnly") {
+		t.Errorf("affinity cookie: Set-Cookie %q", c)
+	}
+	// custom-headers: the ConfigMap's fields on the response.
+	harness.WaitFor(t, 30*time.Second, "the custom headers served", func() bool {
+		return do("GET", "custom.example", "/", "").Header.Get("X-Frame-Options") == "DENY"
+	})
 	// enable-cors: a preflight answered 204 by baton with the Allow
 	// headers (ingress-nginx's defaults); the response of an allowed
 	// origin gets its Allow-Origin; another origin gets none.
