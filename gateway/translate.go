@@ -544,8 +544,14 @@ func (t *translator) rule(r *gwv1.HTTPRoute, ri int, listener string, hosts []st
 		switch f.Type {
 		case gwv1.HTTPRouteFilterRequestHeaderModifier:
 			rule.Filters.RequestHeaders = headers(f.RequestHeaderModifier)
+			if n := reservedIn(rule.Filters.RequestHeaders); n != "" && ok {
+				ok, reason, msg = false, string(gwv1.RouteReasonUnsupportedValue), fmt.Sprintf("rule %d: header %s is baton's to write (framing, Host, X-Forwarded-*): the rule is not served", ri, n)
+			}
 		case gwv1.HTTPRouteFilterResponseHeaderModifier:
 			rule.Filters.ResponseHeaders = headers(f.ResponseHeaderModifier)
+			if n := reservedIn(rule.Filters.ResponseHeaders); n != "" && ok {
+				ok, reason, msg = false, string(gwv1.RouteReasonUnsupportedValue), fmt.Sprintf("rule %d: header %s is baton's to write (framing, Host, X-Forwarded-*): the rule is not served", ri, n)
+			}
 		case gwv1.HTTPRouteFilterRequestRedirect:
 			rule.Filters.Redirect = redirect(f.RequestRedirect)
 		case gwv1.HTTPRouteFilterURLRewrite:
@@ -668,6 +674,26 @@ func match(m *gwv1.HTTPRouteMatch) route.Match {
 		out.Query = append(out.Query, route.ValueMatch{Name: string(q.Name), Value: q.Value, Regex: q.Type != nil && *q.Type == gwv1.QueryParamMatchRegularExpression})
 	}
 	return out
+}
+
+// reservedIn returns the first field of m that no filter may write or
+// remove (route.Reserved: a filter setting Content-Length would let one
+// message be read two ways), or "".
+func reservedIn(m *route.HeaderModifier) string {
+	if m == nil {
+		return ""
+	}
+	for _, h := range append(append([]route.Header(nil), m.Set...), m.Add...) {
+		if route.Reserved(h.Name) {
+			return h.Name
+		}
+	}
+	for _, n := range m.Remove {
+		if route.Reserved(n) {
+			return n
+		}
+	}
+	return ""
 }
 
 func headers(f *gwv1.HTTPHeaderFilter) *route.HeaderModifier {

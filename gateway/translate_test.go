@@ -558,3 +558,29 @@ func TestTranslationsKept(t *testing.T) {
 		t.Errorf("route b after its Service went: %+v", ps)
 	}
 }
+
+// A header filter that writes a field baton frames messages with
+// (Content-Length here: a second one would let the next hop read the
+// message two ways, RFC 9112 section 6.3) is not served: the route says
+// so (ResolvedRefs False, UnsupportedValue, naming the field), and the
+// rule is left out of the worker's table; the route's other rules serve.
+func TestFramingHeaderFilterRefused(t *testing.T) {
+	gw := gateway("infra", "gw", "baton", 0, listener("http", 80, ""))
+	r := httpRoute("infra", "smuggle", 1, "infra/gw", []string{"s.example"}, "/", "svc")
+	r.Spec.Rules[0].Filters = []gwv1.HTTPRouteFilter{{Type: gwv1.HTTPRouteFilterRequestHeaderModifier,
+		RequestHeaderModifier: &gwv1.HTTPHeaderFilter{Set: []gwv1.HTTPHeader{{Name: "Content-Length", Value: "0"}}}}}
+	s := &Snapshot{
+		Classes:    []gwv1.GatewayClass{class("baton", DefaultControllerName)},
+		Gateways:   []gwv1.Gateway{gw},
+		HTTPRoutes: []gwv1.HTTPRoute{r},
+		Services:   map[string]*corev1.Service{"infra/svc": service("infra", "svc")},
+	}
+	res := Translate(s, opts)
+	ps := res.Routes["infra/smuggle"]
+	if len(ps) != 1 || ps[0].ResolvedRefs || ps[0].ResolvedReason != string(gwv1.RouteReasonUnsupportedValue) || !strings.Contains(ps[0].ResolvedRefMessage, "Content-Length") {
+		t.Errorf("status: %+v", ps)
+	}
+	if _, err := route.Compile(res.Routing.Rules); err == nil || !strings.Contains(err.Error(), "baton's to write") {
+		t.Errorf("the rule compiled: %v", err)
+	}
+}

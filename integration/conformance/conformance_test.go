@@ -108,6 +108,11 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 
+	klog, err := os.OpenFile(filepath.Join(dir, "kubelet.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer klog.Close() // after the kubelet's Run, which is its last writer
 	ctx, cancel := context.WithCancel(context.Background())
 	kl := &kubelet.Kubelet{
 		Client: cluster.Client, Node: "conformance", NodeIP: netip.MustParseAddr(nodeIP), Pods: netip.MustParsePrefix(podRange),
@@ -115,7 +120,7 @@ func run(m *testing.M) (int, error) {
 		// not serve, is a small DNS server of the same ports.
 		Images: map[string]string{"echo-basic": echo, "coredns": dns},
 		Dir:    filepath.Join(dir, "kubelet"),
-		Logf:   logf(filepath.Join(dir, "kubelet.log")),
+		Logf:   func(format string, args ...any) { fmt.Fprintf(klog, format+"\n", args...) },
 	}
 	done := make(chan error, 1)
 	go func() { done <- kl.Run(ctx) }()
@@ -125,15 +130,6 @@ func run(m *testing.M) (int, error) {
 		return 0, fmt.Errorf("kubelet: %w", err)
 	}
 	return code, nil
-}
-
-// logf returns a printf that appends to path.
-func logf(path string) func(string, ...any) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return func(string, ...any) {}
-	}
-	return func(format string, args ...any) { fmt.Fprintf(f, format+"\n", args...) }
 }
 
 // TestConformance runs the suite with its own flags (see the package
