@@ -35,6 +35,7 @@ const (
 // from a Kubernetes Service, replaced as a whole (atomically) when the
 // Service changes. The request path reads the current set without a lock.
 type backend struct {
+	instance uint64 // this backend object's number, for kube.Target
 	name     string
 	cfg      config.Backend
 	mode     string // "static", or a Kubernetes mode
@@ -105,8 +106,12 @@ func (e *dialError) Unwrap() error { return e.err }
 // errNoEndpoint is a backend with nothing to send to: 503.
 var errNoEndpoint = errors.New("no endpoint available")
 
+// instances numbers the backends a worker makes (backend.instance).
+var instances atomic.Uint64
+
 func newBackend(bc config.Backend, headMax int) *backend {
 	b := &backend{
+		instance: instances.Add(1),
 		name:     bc.Name,
 		cfg:      bc,
 		mode:     "static",

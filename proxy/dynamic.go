@@ -64,7 +64,7 @@ func (p *Proxy) ApplyRouting(ctx context.Context, payload []byte) error {
 	// their Kubernetes endpoints are in place before a route leads to
 	// them.
 	p.dynamic.Store(&next)
-	if err := p.watchKubeBounded(ctx, kubeTargets(p.cfg.Backends, next)); err != nil {
+	if err := p.watchKubeBounded(ctx, p.kubeTargets(next)); err != nil {
 		errs = append(errs, err)
 	}
 	p.routes.Store(table)
@@ -154,28 +154,31 @@ func (pr preparedRule) resolvesTo(find func(string) (*backend, bool)) bool {
 
 // kubeTargets are the Kubernetes Services of the config's backends and of
 // a routing's.
-func kubeTargets(cfg []config.Backend, dynamic map[string]*backend) []kube.Target {
+func (p *Proxy) kubeTargets(dynamic map[string]*backend) []kube.Target {
 	var ts []kube.Target
-	for _, bc := range cfg {
-		if t, ok := kubeTarget(&bc); ok {
+	for _, bc := range p.cfg.Backends {
+		if t, ok := kubeTarget(p.backends[bc.Name]); ok {
 			ts = append(ts, t)
 		}
 	}
 	names := slices.Sorted(maps.Keys(dynamic)) // an order that holds from one routing to the next
 	for _, name := range names {
-		if t, ok := kubeTarget(&dynamic[name].cfg); ok {
+		if t, ok := kubeTarget(dynamic[name]); ok {
 			ts = append(ts, t)
 		}
 	}
 	return ts
 }
 
-func kubeTarget(bc *config.Backend) (kube.Target, bool) {
-	k := bc.Kubernetes
+// kubeTarget is b's Kubernetes Service, if it has one. The target names
+// b's instance: a backend made again under its name (its config changed)
+// gets its endpoints afresh.
+func kubeTarget(b *backend) (kube.Target, bool) {
+	k := b.cfg.Kubernetes
 	if k == nil {
 		return kube.Target{}, false
 	}
-	return kube.Target{Backend: bc.Name, Namespace: k.Namespace(), Service: k.Name(), PortName: k.Port.Name, PortNumber: k.Port.Number, Mode: k.Mode}, true
+	return kube.Target{Backend: b.name, Instance: b.instance, Namespace: k.Namespace(), Service: k.Name(), PortName: k.Port.Name, PortNumber: k.Port.Number, Mode: k.Mode}, true
 }
 
 // defaultKubeSyncWait bounds how long a routing waits for the endpoints of the

@@ -237,6 +237,22 @@ func TestApplyRoutingWatchesKubernetes(t *testing.T) {
 		t.Fatalf("the Service kept: %q", got)
 	}
 
+	// The backend made again under its name (its config changed): the
+	// new one has the Service's endpoints at once, though they are the
+	// ones the name last had (the watch's last update is per backend
+	// instance).
+	changed := kubeBackend("gw/web", "shop/web")
+	changed.ConnectTimeout = config.Duration(2 * time.Second)
+	if err := p.ApplyRouting(ctx, routingPayload(t, config.Routing{
+		Backends: []config.Backend{changed, kubeBackend("gw/posts", "blog/posts")},
+		Rules:    []route.Rule[string]{rule("app.example", "gw/web"), rule("blog.example", "gw/posts")},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if got := get("app.example"); got != "pod" {
+		t.Fatalf("a backend made again under its name: %q, want the pod's answer", got)
+	}
+
 	// A Service of a namespace baton may not list: the routing waits for
 	// it no longer than the bound, says why, and serves the rest; the
 	// watch goes on serving the endpoints of the others.

@@ -302,7 +302,7 @@ func (p *Proxy) Stats() ipc.Stats {
 }
 
 // KubeTargets returns the Kubernetes Services the config's backends name.
-func (p *Proxy) KubeTargets() []kube.Target { return kubeTargets(p.cfg.Backends, nil) }
+func (p *Proxy) KubeTargets() []kube.Target { return p.kubeTargets(nil) }
 
 // configErrors reports what the first endpoints showed to be a mistake of
 // the config rather than a state of the cluster: a headless Service in

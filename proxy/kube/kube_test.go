@@ -235,9 +235,9 @@ func TestWatcherAppliesChangesOnly(t *testing.T) {
 }
 
 // SetTargets changes what a running watcher watches: a namespace and a
-// Service newly named are watched (synced before done says so, their
-// endpoints in one batch), one no longer named is let go and its changes
-// apply nothing.
+// Service newly named are watched (synced, their endpoints applied, before
+// done says so), one no longer named is let go and its changes apply
+// nothing.
 func TestWatcherSetTargets(t *testing.T) {
 	web := service("web", corev1.ServicePort{Name: "http", Port: 80})
 	api := service("api", corev1.ServicePort{Name: "http", Port: 80})
@@ -259,9 +259,18 @@ func TestWatcherSetTargets(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	// A namespace at a time: the batches are applied by the time done
+	// says so, one per namespace or one for both.
 	got := map[string]Update{}
-	for _, u := range next(t, batches) {
-		got[u.Backend] = u
+	for more := true; more; {
+		select {
+		case b := <-batches:
+			for _, u := range b {
+				got[u.Backend] = u
+			}
+		default:
+			more = false
+		}
 	}
 	if len(got) != 2 || len(got["api"].Endpoints) != 1 || got["api"].Endpoints[0].Address != "198.18.0.2:8080" || len(got["blog"].Endpoints) != 1 {
 		t.Fatalf("after the new targets (web unchanged, so not again): %+v", got)
@@ -286,9 +295,10 @@ func TestWatcherSetTargets(t *testing.T) {
 }
 
 // A namespace that cannot be listed (RBAC forbids it: the informer retries
-// forever) holds up nothing else: while the targets naming it wait for
-// its caches, the endpoints of the targets in effect go on being applied,
-// Waiting says why, and the next SetTargets replaces the waiting one.
+// forever) holds up nothing else: the targets of other namespaces go in
+// effect at once, the endpoints of those in effect go on being applied,
+// only the namespace's own targets wait, Waiting says why, and the next
+// SetTargets replaces the waiting one.
 func TestWatcherSetTargetsNeverSyncing(t *testing.T) {
 	web := service("web", corev1.ServicePort{Name: "http", Port: 80})
 	api := service("api", corev1.ServicePort{Name: "http", Port: 80})
@@ -306,7 +316,16 @@ func TestWatcherSetTargetsNeverSyncing(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: a.GetResource().Resource}, "", errors.New("RBAC: not allowed"))
 	})
 	stuck := make(chan error, 1)
-	w.SetTargets([]Target{target("web", "shop", "web"), target("x", "locked", "x")}, stuck)
+	w.SetTargets([]Target{target("web", "shop", "web"), target("x", "locked", "x"), target("api", "shop", "api")}, stuck)
+	// What does not wait for the locked namespace is in effect at once:
+	// api's endpoints (shop's cache is made again, its Services changed).
+	first := map[string]Update{}
+	for _, u := range next(t, batches) {
+		first[u.Backend] = u
+	}
+	if len(first["api"].Endpoints) != 1 {
+		t.Fatalf("a target beside the namespace that cannot sync: %+v", first)
+	}
 
 	s := webSlice.DeepCopy()
 	s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{"198.18.0.9"}})
@@ -335,14 +354,14 @@ func TestWatcherSetTargetsNeverSyncing(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]Update{}
-	for _, u := range next(t, batches) {
-		got[u.Backend] = u
-	}
-	if len(got["api"].Endpoints) != 1 || got["api"].Endpoints[0].Address != "198.18.0.2:8080" {
-		t.Fatalf("after the replacing targets: %+v", got)
-	}
 	if why := w.Waiting(); why != "" {
 		t.Fatalf("still waiting for %q", why)
+	}
+	// api, in effect since before, goes on being watched.
+	as := apiSlice.DeepCopy()
+	as.Endpoints = append(as.Endpoints, discoveryv1.Endpoint{Addresses: []string{"198.18.0.8"}})
+	client.DiscoveryV1().EndpointSlices("shop").Update(context.Background(), as, metav1.UpdateOptions{})
+	if u := next(t, batches); len(u) != 1 || u[0].Backend != "api" || len(u[0].Endpoints) != 2 {
+		t.Fatalf("after the replacing targets: %+v", u)
 	}
 }

@@ -13,8 +13,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -39,7 +41,11 @@ const serviceNameLabel = discoveryv1.LabelServiceName
 
 // Target is one backend's Service.
 type Target struct {
-	Backend    string
+	Backend string
+	// Instance tells apart the backends made under one name: a new one
+	// (its config changed) gets its endpoints applied afresh, even when
+	// they are the last ones the name had.
+	Instance   uint64
 	Namespace  string
 	Service    string
 	PortName   string // the Service port by name, or
@@ -48,6 +54,9 @@ type Target struct {
 }
 
 func (t *Target) key() string { return t.Namespace + "/" + t.Service }
+
+// lastKey keys the last update applied to t's backend instance.
+func (t *Target) lastKey() string { return t.Backend + "#" + strconv.FormatUint(t.Instance, 10) }
 
 func (t *Target) port() string {
 	if t.PortName != "" {
@@ -350,11 +359,14 @@ func (w *Watcher) Run(ctx context.Context, synced chan<- error) {
 	w.mu.Unlock()
 	w.flush()
 	synced <- nil
-	// A retarget whose new caches have not synced waits beside the loop:
-	// the endpoints of the targets in effect go on being applied, however
-	// long a namespace takes (a permission missing makes it forever).
+	// A retarget whose new caches have not all synced goes in effect a
+	// namespace at a time, beside the loop: the endpoints of the targets
+	// in effect go on being applied, however long a namespace takes (a
+	// permission missing makes it forever), and only that namespace's
+	// targets wait for it.
 	var pending *retarget
 	var poll <-chan time.Time
+	every := syncPoll
 	defer func() {
 		if pending != nil {
 			w.abandon(pending, fmt.Errorf("kube: the watch ended: %w", ctx.Err()))
@@ -368,19 +380,26 @@ func (w *Watcher) Run(ctx context.Context, synced chan<- error) {
 			w.flush()
 		case rt := <-w.retarget:
 			w.prepare(ctx, &rt, pending)
-			pending = &rt
+			pending, every = &rt, syncPoll
 		case <-poll:
 		}
-		if pending != nil && pending.synced() {
-			w.commit(pending)
+		if pending != nil && w.advance(pending) {
+			if pending.done != nil {
+				pending.done <- nil
+			}
 			pending = nil
 		}
 		poll = nil
 		if pending != nil {
-			poll = time.After(syncPoll)
+			poll = time.After(every)
+			every = min(2*every, maxSyncPoll) // a namespace that does not sync soon is looked at less
 		}
 	}
 }
+
+// maxSyncPoll is the longest wait between two looks at a namespace that
+// has not synced.
+const maxSyncPoll = time.Second
 
 // syncPoll is how often a retarget's new caches are checked for sync (as
 // client-go's WaitForCacheSync polls, but more often: a route to a
@@ -388,11 +407,12 @@ func (w *Watcher) Run(ctx context.Context, synced chan<- error) {
 const syncPoll = 10 * time.Millisecond
 
 // SetTargets replaces the watcher's targets, once Run runs: the
-// namespaces and Services newly named are watched, their caches synced,
-// before the new targets take effect (every one's endpoints applied in a
-// batch); those no longer named are let go. done, when set, gets nil
-// once that is done, or why not (it has room for the answer). A
-// SetTargets not taken yet is replaced by the next.
+// namespaces and Services newly named are watched, and each namespace's
+// targets take effect once its caches have synced (every one's endpoints
+// applied), those of namespaces in place at once; those no longer named
+// are let go. done, when set, gets nil once all of it is in effect, or why
+// not (it has room for the answer). A SetTargets not taken yet, or not
+// wholly in effect, is replaced by the next.
 func (w *Watcher) SetTargets(targets []Target, done chan<- error) {
 	rt := retarget{targets: append([]Target(nil), targets...), done: done}
 	for {
@@ -443,13 +463,11 @@ func (w *Watcher) prepare(ctx context.Context, rt *retarget, prev *retarget) {
 	}
 }
 
-// synced reports whether every cache rt made has synced.
-func (rt *retarget) synced() bool {
-	for _, c := range rt.fresh {
-		for _, synced := range c.synced {
-			if !synced() {
-				return false
-			}
+// isSynced reports whether c's informers have synced.
+func (c *nsCache) isSynced() bool {
+	for _, synced := range c.synced {
+		if !synced() {
+			return false
 		}
 	}
 	return true
@@ -465,53 +483,74 @@ func (w *Watcher) abandon(rt *retarget, err error) {
 	}
 }
 
-// commit puts rt's targets in effect, its caches synced: they replace
-// those of their namespaces, the caches of namespaces no longer named
-// end, and the endpoints of what changed are applied before rt is
-// answered.
-func (w *Watcher) commit(rt *retarget) {
+// advance puts in effect what of rt can be: the targets of the
+// namespaces whose caches are in place (kept, or new and synced now:
+// those replace the old caches of their namespaces, and the caches of
+// namespaces no longer named end). A namespace whose new cache has not
+// synced keeps its old cache and targets, if it had them, meanwhile. The
+// endpoints of what changed are applied; it reports whether all of rt is
+// in effect.
+func (w *Watcher) advance(rt *retarget) bool {
+	swapped := map[string]bool{}
+	for ns, c := range rt.fresh {
+		if c.isSynced() {
+			swapped[ns] = true
+		}
+	}
 	w.cachesMu.Lock()
 	var gone []*nsCache
 	for ns, c := range w.caches {
-		if _, kept := rt.names[ns]; !kept || rt.fresh[ns] != nil {
+		if _, kept := rt.names[ns]; !kept || swapped[ns] {
 			gone = append(gone, c)
 			delete(w.caches, ns)
 		}
 	}
-	for ns, c := range rt.fresh {
-		w.caches[ns] = c
+	for ns := range swapped {
+		w.caches[ns] = rt.fresh[ns]
+		delete(rt.fresh, ns) // in effect: no longer rt's to end
 	}
-	w.pending = nil
+	w.pending = maps.Clone(rt.fresh)
 	w.cachesMu.Unlock()
 	for _, c := range gone {
 		c.end()
 	}
-	// Recomputed: the Services of a new cache, and those whose targets
-	// changed. The others' endpoints are applied already: a routing
-	// change (a thousand routes to ten Services of a thousand endpoints)
-	// costs no pass over every endpoint.
+	// Recomputed: the Services of a cache new in effect, and those whose
+	// targets changed. The others' endpoints are applied already: a
+	// routing change (a thousand routes to ten Services of a thousand
+	// endpoints) costs no pass over every endpoint.
 	w.mu.Lock()
 	prev := w.byService
-	w.byService = rt.byService
+	next := make(map[string][]*Target, len(rt.byService))
 	for key, ts := range rt.byService {
-		if rt.fresh[ts[0].Namespace] != nil || !slices.EqualFunc(prev[key], ts, func(a, b *Target) bool { return *a == *b }) {
+		if rt.fresh[ts[0].Namespace] == nil {
+			next[key] = ts
+		}
+	}
+	for key, ts := range prev { // a namespace still waiting keeps what it had
+		if ns := ts[0].Namespace; rt.fresh[ns] != nil && w.caches[ns] != nil {
+			next[key] = ts
+		}
+	}
+	for key, ts := range next {
+		if swapped[ts[0].Namespace] || !slices.EqualFunc(prev[key], ts, func(a, b *Target) bool { return *a == *b }) {
 			w.dirty[key] = struct{}{}
 		}
 	}
+	w.byService = next
 	w.mu.Unlock()
-	backends := make(map[string]bool, len(rt.targets))
-	for i := range rt.targets {
-		backends[rt.targets[i].Backend] = true
+	inEffect := make(map[string]bool)
+	for _, ts := range next {
+		for _, t := range ts {
+			inEffect[t.lastKey()] = true
+		}
 	}
-	for backend := range w.last {
-		if !backends[backend] {
-			delete(w.last, backend)
+	for k := range w.last {
+		if !inEffect[k] {
+			delete(w.last, k)
 		}
 	}
 	w.flush()
-	if rt.done != nil {
-		rt.done <- nil
-	}
+	return len(rt.fresh) == 0
 }
 
 // flush recomputes the dirty Services and applies what changed.
@@ -526,10 +565,10 @@ func (w *Watcher) flush() {
 		for _, t := range byService[key] {
 			u := w.compute(t)
 			fp := fingerprint(u)
-			if w.last[t.Backend] == fp {
+			if w.last[t.lastKey()] == fp {
 				continue
 			}
-			w.last[t.Backend] = fp
+			w.last[t.lastKey()] = fp
 			if u.Err != nil {
 				w.log.Warn("backend has no endpoints", zap.String("backend", t.Backend), zap.String("service", key), zap.Error(u.Err))
 			}
