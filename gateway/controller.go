@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/internal/latest"
 	"github.com/baton-proxy/baton/internal/lease"
 	"go.uber.org/zap"
@@ -298,6 +300,9 @@ func (c *Controller) snapshot() *Snapshot {
 // servingKey is what a result serves, listeners and routing (statuses
 // aside), as a string to compare with the last one served.
 func servingKey(r *Result) string {
-	b, _ := json.Marshal(r.Listeners)
-	return string(b) + "\n" + string(r.RoutingPayload)
+	b, _ := json.Marshal(struct {
+		Listeners []Listener
+		Backends  []config.Backend
+	}{r.Listeners, r.Routing.Backends})
+	return string(b) + "\n" + string(bytes.Join(r.Lines, []byte("\n")))
 }

@@ -134,9 +134,10 @@ type Result struct {
 	// Good are the certificates served, by Secret ("namespace/name"), for
 	// the next Snapshot.
 	Good map[string]Certificate
-	// RoutingPayload is Routing encoded for the workers
-	// (config.MarshalRouting).
-	RoutingPayload []byte
+	// Lines are Routing.Rules encoded for the workers, a line each
+	// (config.RoutingPayload), kept per route from one Translate to the
+	// next.
+	Lines [][]byte
 	// Translations are the routes', for the next Snapshot.
 	Translations map[string]*RouteTranslation
 }
@@ -194,7 +195,6 @@ func Translate(s *Snapshot, opts Options) *Result {
 	}
 	slices.SortFunc(routes, func(a, b *gwv1.HTTPRoute) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
 	res.Translations = make(map[string]*RouteTranslation, len(routes))
-	var lines [][]byte
 	for _, r := range routes {
 		rkey := key(&r.ObjectMeta)
 		rt := s.Routes[rkey]
@@ -206,7 +206,7 @@ func Translate(s *Snapshot, opts Options) *Result {
 		}
 		res.Translations[rkey] = rt
 		res.Routing.Rules = append(res.Routing.Rules, rt.rules...)
-		lines = append(lines, rt.lines...)
+		res.Lines = append(res.Lines, rt.lines...)
 		res.Routes[rkey] = slices.Clone(rt.statuses)
 	}
 	for rkey, msg := range shadowed(res.Routing.Rules) {
@@ -215,7 +215,6 @@ func Translate(s *Snapshot, opts Options) *Result {
 		}
 	}
 	slices.SortFunc(res.Routing.Backends, func(a, b config.Backend) int { return strings.Compare(a.Name, b.Name) })
-	res.RoutingPayload = config.RoutingPayload(config.RoutingHead{Backends: res.Routing.Backends}, lines)
 	return res
 }
 

@@ -44,7 +44,8 @@ type options struct {
 	limit  *route.RateLimit
 	conns  int // limit-connections
 
-	responseHeaders *route.HeaderModifier // custom-headers, resolved by the translator
+	customHeaders   string                // custom-headers: the ConfigMap's name
+	responseHeaders *route.HeaderModifier // its fields, resolved by the translator
 
 	affinityCookie string // "": no affinity
 	cookiePath     string
@@ -102,13 +103,7 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 	bad := func(name, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("annotation %s: %s", name, fmt.Sprintf(format, args...)))
 	}
-	get := func(name string) (string, bool) {
-		if v, ok := ing.Annotations[batonPrefix+name]; ok {
-			return v, true
-		}
-		v, ok := ing.Annotations[nginxPrefix+name]
-		return v, ok
-	}
+	get := func(name string) (string, bool) { return lookup(ing, name) }
 	boolean := func(name string, into *bool) {
 		if v, ok := get(name); ok {
 			b, err := strconv.ParseBool(v)
@@ -125,7 +120,7 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 	boolean("canary", &o.canary)
 
 	if v, ok := get("rewrite-target"); ok {
-		if !validTemplate(v) {
+		if !route.ValidTemplate(v) {
 			bad("rewrite-target", "%q is not a path (nor one beginning with a group, $1)", v)
 		}
 		o.rewriteTarget = v
@@ -248,6 +243,7 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 		o.limit = &route.RateLimit{Rate: float64(rpm) / 60, Burst: rpm * mult}
 	}
 	intIn("limit-connections", 1, 1_000_000, &o.conns)
+	o.customHeaders, _ = get("custom-headers")
 	enableCORS := false
 	boolean("enable-cors", &enableCORS)
 	if enableCORS {
@@ -343,13 +339,14 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 	return o, unknown, errors.Join(errs...)
 }
 
-// annotationValue is the value of ingress-nginx annotation name of ing,
-// under either prefix (baton's first).
-func annotationValue(ing *networkingv1.Ingress, name string) string {
+// lookup returns the value of ingress-nginx annotation name of ing,
+// under either prefix (baton's first), and whether it is set.
+func lookup(ing *networkingv1.Ingress, name string) (string, bool) {
 	if v, ok := ing.Annotations[batonPrefix+name]; ok {
-		return v
+		return v, true
 	}
-	return ing.Annotations[nginxPrefix+name]
+	v, ok := ing.Annotations[nginxPrefix+name]
+	return v, ok
 }
 
 // regex reports whether ing's paths are regular expressions: use-regex,
@@ -386,15 +383,6 @@ func nginxSize(v string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size (a number, with k, m or g)", v)
 	}
 	return n * mult, nil
-}
-
-// validTemplate reports whether v is a rewrite target: a path, or one
-// that begins with a group ("$1/x").
-func validTemplate(v string) bool {
-	if v == "" || v[0] != '/' && v[0] != '$' {
-		return false
-	}
-	return !strings.ContainsAny(v, " \t\r\n?#")
 }
 
 // validOrigin reports whether o is a CORS origin: http or https, a host,

@@ -175,7 +175,8 @@ func Translate(s *Snapshot, opts Options) *Result {
 	}
 	for _, ing := range mains {
 		key := ing.Namespace + "/" + ing.Name
-		sig := t.canarySig(ing) + t.headersSig(ing)
+		o := opt[ing]
+		sig := t.canarySig(ing) + t.headersSig(ing, o.customHeaders)
 		if tr := s.Good[key]; tr != nil && tr.current(ing, s.World, sig) {
 			t.keep(key, tr)
 			for _, p := range tr.problems {
@@ -183,7 +184,7 @@ func Translate(s *Snapshot, opts Options) *Result {
 			}
 			continue
 		}
-		t.ingress(ing, opt[ing], sig)
+		t.ingress(ing, o, sig)
 	}
 	for _, k := range slices.Sorted(maps.Keys(t.canaries)) {
 		if c := t.canaries[k]; !c.used {
@@ -223,20 +224,20 @@ func (t *translator) canarySig(ing *networkingv1.Ingress) string {
 	return b.String()
 }
 
-// headersSig names the version of the ConfigMap of ing's custom-headers,
-// for Translation.current.
-func (t *translator) headersSig(ing *networkingv1.Ingress) string {
-	if cm := t.customHeaders(ing); cm != nil {
+// headersSig names the version of the ConfigMap of ing's custom-headers
+// (v, its annotation), for Translation.current.
+func (t *translator) headersSig(ing *networkingv1.Ingress, v string) string {
+	if cm := t.customHeaders(ing, v); cm != nil {
 		return "headers@" + cm.ResourceVersion
 	}
 	return ""
 }
 
-// customHeaders returns the ConfigMap ing's custom-headers names, nil
-// when none or none such. It is looked for in ing's namespace only: an
-// Ingress may not read another namespace's ConfigMaps into its responses.
-func (t *translator) customHeaders(ing *networkingv1.Ingress) *corev1.ConfigMap {
-	v := annotationValue(ing, "custom-headers")
+// customHeaders returns the ConfigMap that v, ing's custom-headers, names,
+// nil when none or none such. It is looked for in ing's namespace only:
+// an Ingress may not read another namespace's ConfigMaps into its
+// responses.
+func (t *translator) customHeaders(ing *networkingv1.Ingress, v string) *corev1.ConfigMap {
 	if v == "" || t.s.ConfigMaps == nil {
 		return nil
 	}
@@ -381,8 +382,8 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries stri
 		}
 		t.certificate(ing, tl.SecretName)
 	}
-	if v := annotationValue(ing, "custom-headers"); v != "" {
-		o.responseHeaders = t.headers(ing, v)
+	if o.customHeaders != "" {
+		o.responseHeaders = t.headers(ing, o.customHeaders)
 	}
 	// A host with TLS is redirected from HTTP to HTTPS (ingress-nginx's
 	// ssl-redirect, on unless "false"; 308 keeps the method and body);
@@ -514,7 +515,7 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries stri
 // custom-headers, its more_set_headers). A field that is not one, or that
 // is baton's to write (framing, X-Forwarded-*), is said and left out.
 func (t *translator) headers(ing *networkingv1.Ingress, v string) *route.HeaderModifier {
-	cm := t.customHeaders(ing)
+	cm := t.customHeaders(ing, v)
 	if cm == nil {
 		t.problem(ing, ReasonInvalid, "custom-headers: ConfigMap %q not found in the Ingress's namespace (another namespace's is not read)", v)
 		return nil

@@ -668,7 +668,9 @@ func (hc *h1conn) forwardResponse(uc *upConn, rt *routed) bool {
 	keep := !req.Close && !untilEOF && !decode && !p.draining.Load() && !hc.lastRequest()
 	hc.closeAsked = req.Close && !req.HasBody()
 
-	hc.extra = rt.appendCORS(hc.extra, req.Field("origin"), false)
+	if rt.rule.Filters.CORS != nil { // the Origin lookup only for a rule with CORS
+		hc.extra = rt.appendCORS(hc.extra, req.Field("origin"), false)
+	}
 	out := h1.ResponseOut{Body: h1.Framing{Length: resp.ContentLength, Chunked: resp.Chunked}, Extra: hc.extra}
 	if e := rt.rule.ResponseEdit; e != nil {
 		out.Edit = e

@@ -118,12 +118,8 @@ type gatewaySink struct{ p *providerSink }
 
 // Serve serves res's listeners and routing.
 func (g gatewaySink) Serve(ctx context.Context, res *gateway.Result) error {
-	head, lines, err := config.RoutingLines(res.RoutingPayload)
-	if err != nil {
-		return fmt.Errorf("gateway routing: %w", err)
-	}
 	ls, certs := gatewayListeners(res)
-	return g.p.serve(config.ProviderGateway, ls, providerRouting{head.Backends, certs, lines})
+	return g.p.serve(config.ProviderGateway, ls, providerRouting{res.Routing.Backends, certs, res.Lines})
 }
 
 // gatewayListeners are res's listeners as the config's: a reuseport group

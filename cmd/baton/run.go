@@ -95,11 +95,10 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func
 		// The route providers' controllers, beside the supervisor (one
 		// per replica): they end with the supervisor.
 		providers.sup = sup
+		// They stop when run returns, after the supervisor has: each
+		// deferred stop cancels them all and waits for its own.
 		pctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			<-sup.Done()
-			cancel()
-		}()
+		defer cancel()
 		for _, p := range []struct {
 			on    bool
 			name  string
@@ -112,7 +111,7 @@ func runSupervisor(c *cli.Context, path string, log *zap.Logger, logDropped func
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.name, err)
 			}
-			defer func() { // by then the supervisor is done, or never ran
+			defer func() {
 				cancel()
 				wait()
 			}()

@@ -241,7 +241,7 @@ func checkFilters[B any](f *Filters[B]) error {
 		if host != "" && !validHost(host) {
 			return fmt.Errorf("%s hostname %q is not a host name", what, host)
 		}
-		if pm != nil && !pm.Regex && !validPath(pm.Value, pm.ReplacePrefix) || pm != nil && pm.Regex && !validTemplate(pm.Value) {
+		if pm != nil && !pm.Regex && !validPath(pm.Value, pm.ReplacePrefix) || pm != nil && pm.Regex && !ValidTemplate(pm.Value) {
 			return fmt.Errorf("%s path %q is not a path", what, pm.Value)
 		}
 		return nil
@@ -291,9 +291,9 @@ func validHost(h string) bool {
 
 // validPath reports whether p is an absolute path of RFC 3986 §3.3's
 // characters (an empty one, too, for a prefix replacement).
-// validTemplate reports whether p is a Regex path modifier's value: a
-// path, or one that begins with a group ("$1/x").
-func validTemplate(p string) bool {
+// ValidTemplate reports whether p is a Regex path modifier's value (a
+// rewrite target): a path, or one that begins with a group ("$1/x").
+func ValidTemplate(p string) bool {
 	if strings.HasPrefix(p, "$") {
 		p = "/" + p
 	}
