@@ -35,6 +35,7 @@ type options struct {
 	backendTLS      bool // backend-protocol HTTPS
 	connectTimeout  time.Duration
 	readTimeout     time.Duration
+	sendTimeout     time.Duration
 	bodySize        int64 // -1: not set; 0: no limit
 	upstreamVhost   string
 	forwardedPrefix string
@@ -60,6 +61,15 @@ type options struct {
 	canaryHeaderValue string
 	canaryHeaderRegex string // canary-by-header-pattern
 	canaryCookie      string
+
+	// auth-tls-*: the CA Secret's name (in the Ingress's namespace; ""
+	// none), how clients are verified, and whether their certificate
+	// goes upstream.
+	authSecret string
+	authVerify string
+	authDepth  int
+	authPass   bool
+	authCA     []byte // the Secret's ca.crt, read by Translate
 }
 
 // implemented are the annotations (under either prefix) baton serves.
@@ -67,7 +77,7 @@ var implemented = map[string]bool{
 	"service-upstream": true, "ssl-redirect": true, "force-ssl-redirect": true,
 	"use-regex": true, "rewrite-target": true, "app-root": true,
 	"permanent-redirect": true, "permanent-redirect-code": true, "temporal-redirect": true, "temporal-redirect-code": true,
-	"backend-protocol": true, "proxy-connect-timeout": true, "proxy-read-timeout": true, "proxy-body-size": true,
+	"backend-protocol": true, "proxy-connect-timeout": true, "proxy-read-timeout": true, "proxy-send-timeout": true, "proxy-body-size": true,
 	"upstream-vhost": true, "x-forwarded-prefix": true,
 	"affinity": true, "session-cookie-name": true, "session-cookie-path": true, "session-cookie-expires": true,
 	"session-cookie-max-age": true, "session-cookie-samesite": true, "upstream-hash-by": true,
@@ -76,6 +86,7 @@ var implemented = map[string]bool{
 	"custom-headers": true,
 	"limit-rps":      true, "limit-rpm": true, "limit-burst-multiplier": true,
 	"whitelist-source-range": true, "allowlist-source-range": true, "denylist-source-range": true,
+	"auth-tls-secret": true, "auth-tls-verify-client": true, "auth-tls-verify-depth": true, "auth-tls-pass-certificate-to-upstream": true,
 	"canary": true, "canary-weight": true, "canary-weight-total": true, "canary-by-header": true, "canary-by-header-value": true, "canary-by-header-pattern": true, "canary-by-cookie": true,
 }
 
@@ -181,6 +192,7 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 	}
 	seconds("proxy-connect-timeout", &o.connectTimeout)
 	seconds("proxy-read-timeout", &o.readTimeout)
+	seconds("proxy-send-timeout", &o.sendTimeout)
 	if v, ok := get("proxy-body-size"); ok {
 		n, err := nginxSize(v)
 		if err != nil {
@@ -336,7 +348,55 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 		}
 		o.canaryCookie = v
 	}
+	if v, ok := get("auth-tls-secret"); ok {
+		// "namespace/name", as ingress-nginx asks; only the Ingress's
+		// own namespace, as custom-headers: an Ingress may not make
+		// baton read another namespace's Secrets.
+		ns, name, found := strings.Cut(v, "/")
+		if !found {
+			ns, name = ing.Namespace, v
+		}
+		switch {
+		case ns != ing.Namespace:
+			bad("auth-tls-secret", "%q is in another namespace: baton reads only the Ingress's own (%s)", v, ing.Namespace)
+		case !validName(name):
+			bad("auth-tls-secret", "%q is not namespace/name", v)
+		default:
+			o.authSecret, o.authVerify, o.authDepth = name, config.VerifyOn, 1
+		}
+	}
+	if v, ok := get("auth-tls-verify-client"); ok {
+		switch v {
+		case config.VerifyOn, config.VerifyOptional, config.VerifyOptionalNoCA:
+			o.authVerify = v
+		case "off":
+			o.authSecret = "" // no verification (nginx's ssl_verify_client off)
+		default:
+			bad("auth-tls-verify-client", "%q is not on, off, optional or optional_no_ca", v)
+		}
+	}
+	intIn("auth-tls-verify-depth", 1, 100, &o.authDepth)
+	boolean("auth-tls-pass-certificate-to-upstream", &o.authPass)
 	return o, unknown, errors.Join(errs...)
+}
+
+// validName reports whether s is a Kubernetes object name (RFC 1123
+// subdomain).
+func validName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := range len(label) {
+			if c := label[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // lookup returns the value of ingress-nginx annotation name of ing,

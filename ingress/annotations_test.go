@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -156,13 +157,14 @@ func TestRedirects(t *testing.T) {
 // its pool.
 func TestBackendAnnotations(t *testing.T) {
 	res := translate(nil,
-		annotated("tls", "backend-protocol", "HTTPS", "proxy-connect-timeout", "5", "proxy-read-timeout", "120"),
+		annotated("tls", "backend-protocol", "HTTPS", "proxy-connect-timeout", "5", "proxy-read-timeout", "120", "proxy-send-timeout", "30"),
 		annotated("sticky", "affinity", "cookie", "session-cookie-name", "route"),
 		annotated("sticky2", "affinity", "cookie", "session-cookie-path", "/app", "session-cookie-max-age", "172800", "session-cookie-samesite", "lax"),
 		annotated("hash", "upstream-hash-by", "$http_x_user"),
 	)
-	tb := backendOf(res, "k8s/shop/web:80/https/connect=5s/read=2m0s")
-	if tb == nil || tb.TLS == nil || !tb.TLS.InsecureSkipVerify || tb.ConnectTimeout.Std() != 5*time.Second || tb.ResponseTimeout.Std() != 120*time.Second {
+	tb := backendOf(res, "k8s/shop/web:80/https/connect=5s/read=2m0s/send=30s")
+	if tb == nil || tb.TLS == nil || !tb.TLS.InsecureSkipVerify || tb.ConnectTimeout.Std() != 5*time.Second || tb.ResponseTimeout.Std() != 120*time.Second ||
+		tb.SendTimeout.Std() != 30*time.Second {
 		t.Errorf("backend-protocol and timeouts: %+v (backends %v)", tb, res.Routing.Backends)
 	}
 	if sb := backendOf(res, "k8s/shop/web:80/cookie=route"); sb == nil || sb.Balancer != config.BalancerCookie || sb.Cookie != "route" {
@@ -327,5 +329,83 @@ func TestCustomHeaders(t *testing.T) {
 	}
 	if p := res.Problems["shop/b"]; len(p) != 1 || !strings.Contains(p[0].Message, "not found in the Ingress's namespace") {
 		t.Errorf("another namespace's ConfigMap: %+v", p)
+	}
+}
+
+// "Client Certificate Authentication": auth-tls-secret names the Secret
+// whose ca.crt the clients' certificates must chain to (of the Ingress's
+// own namespace here), auth-tls-verify-client says how (on, optional,
+// optional_no_ca, off), auth-tls-verify-depth how deep, and
+// auth-tls-pass-certificate-to-upstream whether the certificate goes to
+// the backend. The verification is of the Ingress's hosts; plain HTTP is
+// redirected to HTTPS whatever ssl-redirect says, and a rule without a
+// host is not served; a Secret that is missing, holds no CA or has a
+// revocation list (which baton does not read) refuses the Ingress.
+func TestClientCertificateAnnotations(t *testing.T) {
+	crt, _ := selfSigned(t, "ca.example")
+	secret := func(name string, data map[string][]byte) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name}, Type: corev1.SecretTypeOpaque, Data: data}
+	}
+	run := func(ings ...networkingv1.Ingress) *Result {
+		return Translate(&Snapshot{Classes: []networkingv1.IngressClass{class("baton", ControllerName, false)}, Ingresses: ings,
+			Secrets: map[string]*corev1.Secret{
+				"shop/ca":        secret("ca", map[string][]byte{"ca.crt": crt}),
+				"shop/crl":       secret("crl", map[string][]byte{"ca.crt": crt, "ca.crl": []byte("x")}),
+				"shop/bad":       secret("bad", map[string][]byte{"ca.crt": []byte("no PEM")}),
+				"kube-system/ca": secret("ca", map[string][]byte{"ca.crt": crt}),
+			}}, opts)
+	}
+	on := annotated("on", "auth-tls-secret", "shop/ca", "auth-tls-pass-certificate-to-upstream", "true", "ssl-redirect", "false")
+	res := run(on)
+	if len(res.ClientAuth) != 1 || !slices.Equal(res.ClientAuth[0].Hosts, []string{"a.example"}) || res.ClientAuth[0].Verify != config.VerifyOn ||
+		res.ClientAuth[0].Depth != 1 || string(res.ClientAuth[0].CA) != string(crt) {
+		t.Fatalf("client authentication: %+v", res.ClientAuth)
+	}
+	for _, r := range res.Routing.Rules {
+		switch r.Listener {
+		case "https":
+			if r.ClientCert == nil || !r.ClientCert.Pass {
+				t.Errorf("HTTPS rule without the client's certificate fields: %+v", r)
+			}
+		case "http":
+			if r.Filters.Redirect == nil || r.Filters.Redirect.Scheme != "https" || len(r.Backends) != 0 {
+				t.Errorf("plain HTTP served to a verified host: %+v", r)
+			}
+		}
+	}
+	if p := res.Problems["shop/on"]; len(p) != 1 || !strings.Contains(p[0].Message, "whatever ssl-redirect") {
+		t.Errorf("ssl-redirect false not said: %+v", p)
+	}
+
+	opt := annotated("opt", "auth-tls-secret", "ca", "auth-tls-verify-client", "optional_no_ca", "auth-tls-verify-depth", "3")
+	opt.Spec.Rules[0].Host = "b.example"
+	opt.Spec.Rules = append(opt.Spec.Rules, networkingv1.IngressRule{IngressRuleValue: opt.Spec.Rules[0].IngressRuleValue}) // no host
+	off := annotated("off", "auth-tls-secret", "shop/ca", "auth-tls-verify-client", "off")
+	off.Spec.Rules[0].Host = "c.example"
+	res = run(opt, off)
+	if len(res.ClientAuth) != 1 || res.ClientAuth[0].Verify != config.VerifyOptionalNoCA || res.ClientAuth[0].Depth != 3 {
+		t.Errorf("optional_no_ca, depth 3, and off: %+v", res.ClientAuth)
+	}
+	if c, _ := request(t, res, "other.example", "/app"); c != nil {
+		t.Errorf("a rule without a host served beside client verification: %s", c.Name)
+	}
+	if p := res.Problems["shop/opt"]; len(p) != 2 || !strings.Contains(p[1].Message, "without a host are not served") {
+		t.Errorf("the rule without a host not said: %+v", p)
+	}
+
+	for _, tt := range []struct{ v, want string }{
+		{"shop/missing", "not found"},
+		{"shop/crl", "revocation lists are not implemented"},
+		{"shop/bad", "no certificate in ca.crt"},
+		{"kube-system/ca", "another namespace"},
+	} {
+		res := run(annotated("x", "auth-tls-secret", tt.v))
+		if p := res.Problems["shop/x"]; len(p) != 1 || !strings.Contains(p[0].Message, tt.want) || len(res.Routing.Rules) != 0 {
+			t.Errorf("%s: %+v, %d rules", tt.v, p, len(res.Routing.Rules))
+		}
+	}
+	res = run(annotated("x", "auth-tls-secret", "shop/ca", "auth-tls-verify-client", "sometimes"))
+	if p := res.Problems["shop/x"]; len(p) != 1 || !strings.Contains(p[0].Message, "not on, off, optional") {
+		t.Errorf("a bad verify-client: %+v", p)
 	}
 }

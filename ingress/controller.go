@@ -53,7 +53,8 @@ type Config struct {
 // Ingresses' status and Events.
 const LeaseName = "baton-ingress-status"
 
-// Controller watches IngressClasses, Ingresses, Services and TLS Secrets,
+// Controller watches IngressClasses, Ingresses, Services, TLS Secrets and
+// the Secrets Ingresses name for client CAs (auth-tls-secret),
 // and hands what baton's Ingresses ask for to a Sink. One goroutine
 // (Run's) translates: informer callbacks only say that something changed,
 // so a burst of changes is one translation.
@@ -82,7 +83,23 @@ type Controller struct {
 	served   *Result
 	problems map[string]string
 	good     map[string]*Translation
+	// caWatches watch the Secrets that Ingresses name for client CAs
+	// (auth-tls-secret), by "namespace/name": those are of any type,
+	// and the watch of every Secret takes only TLS ones.
+	caWatches map[string]*caWatch
+	caRunning sync.WaitGroup
 }
+
+// caWatch is the watch of one Secret.
+type caWatch struct {
+	inf    cache.SharedIndexInformer
+	cancel context.CancelFunc
+}
+
+// caSyncWait bounds the wait for a new CA Secret's watch to sync before
+// a translation that needs it (one forbidden never syncs: the Ingress
+// is refused, "not found").
+const caSyncWait = 2 * time.Second
 
 // resources are what the controller reads.
 var resources = []struct {
@@ -202,6 +219,7 @@ func (c *Controller) changed() {
 func (c *Controller) Run(ctx context.Context) error {
 	var running sync.WaitGroup
 	defer running.Wait()
+	defer c.stopCAWatches()
 	for _, inf := range c.infs {
 		running.Go(func() { inf.RunWithContext(ctx) })
 	}
@@ -232,6 +250,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // moment).
 func (c *Controller) reconcile(ctx context.Context) (served bool) {
 	start := time.Now()
+	c.watchCASecrets(ctx)
 	s := c.snapshot()
 	res := Translate(s, c.cfg.Options)
 	c.good = res.Good
@@ -376,7 +395,74 @@ func statusOnly(old, cur any) bool {
 // sameServing reports whether a and b serve the same: routing lines,
 // backends, certificates.
 func sameServing(a, b *Result) bool {
-	return slices.EqualFunc(a.Lines, b.Lines, bytes.Equal) && reflect.DeepEqual(a.Routing.Backends, b.Routing.Backends) && reflect.DeepEqual(a.Certificates, b.Certificates)
+	return slices.EqualFunc(a.Lines, b.Lines, bytes.Equal) && reflect.DeepEqual(a.Routing.Backends, b.Routing.Backends) && reflect.DeepEqual(a.Certificates, b.Certificates) && reflect.DeepEqual(a.ClientAuth, b.ClientAuth)
+}
+
+// watchCASecrets watches the Secrets the Ingresses name in
+// auth-tls-secret (of their own namespace: others are refused by the
+// translation), and no others. A new watch is waited for (caSyncWait),
+// so that the translation reads its Secret.
+func (c *Controller) watchCASecrets(ctx context.Context) {
+	want := map[string]bool{}
+	for _, o := range c.stores["ingresses"].List() {
+		ing := o.(*networkingv1.Ingress)
+		v, ok := lookup(ing, "auth-tls-secret")
+		if !ok {
+			continue
+		}
+		name := v
+		if ns, n, found := strings.Cut(v, "/"); found {
+			if ns != ing.Namespace {
+				continue
+			}
+			name = n
+		}
+		if validName(name) {
+			want[ing.Namespace+"/"+name] = true
+		}
+	}
+	for key, w := range c.caWatches {
+		if !want[key] {
+			w.cancel()
+			delete(c.caWatches, key)
+		}
+	}
+	var started []cache.InformerSynced
+	for key := range want {
+		if c.caWatches[key] != nil {
+			continue
+		}
+		if c.caWatches == nil {
+			c.caWatches = map[string]*caWatch{}
+		}
+		ns, name, _ := strings.Cut(key, "/")
+		lw := kube.ListWatchIn(c.core, c.params, ns, "secrets", "metadata.name="+name, func() runtime.Object { return &corev1.SecretList{} })
+		inf := cache.NewSharedIndexInformer(lw, &corev1.Secret{}, 0, cache.Indexers{})
+		changed := func(any) {
+			c.world.Add(1)
+			c.changed()
+		}
+		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: changed, UpdateFunc: func(_, cur any) { changed(cur) }, DeleteFunc: changed})
+		wctx, cancel := context.WithCancel(ctx)
+		c.caWatches[key] = &caWatch{inf: inf, cancel: cancel}
+		c.caRunning.Go(func() { inf.RunWithContext(wctx) })
+		started = append(started, inf.HasSynced)
+	}
+	if len(started) > 0 {
+		wait, cancel := context.WithTimeout(ctx, caSyncWait)
+		defer cancel()
+		if !cache.WaitForCacheSync(wait.Done(), started...) {
+			c.log.Warn("the watch of a client CA Secret did not sync (may baton list Secrets there?)", zap.Duration("waited", caSyncWait))
+		}
+	}
+}
+
+// stopCAWatches ends the CA Secrets' watches and waits for them.
+func (c *Controller) stopCAWatches() {
+	for _, w := range c.caWatches {
+		w.cancel()
+	}
+	c.caRunning.Wait()
 }
 
 // snapshot copies what the caches hold.
@@ -397,6 +483,12 @@ func (c *Controller) snapshot() *Snapshot {
 	for _, o := range c.stores["secrets"].List() {
 		sec := o.(*corev1.Secret)
 		s.Secrets[sec.Namespace+"/"+sec.Name] = sec
+	}
+	for _, w := range c.caWatches {
+		for _, o := range w.inf.GetStore().List() {
+			sec := o.(*corev1.Secret)
+			s.Secrets[sec.Namespace+"/"+sec.Name] = sec
+		}
 	}
 	s.ConfigMaps = func(key string) *corev1.ConfigMap {
 		obj, ok, _ := c.stores["configmaps"].GetByKey(key)

@@ -10,6 +10,7 @@ package ingress
 import (
 	"cmp"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -78,6 +79,7 @@ type Translation struct {
 	lines    [][]byte
 	backends []config.Backend
 	certs    []Certificate
+	auth     *config.ClientAuth // of its hosts (auth-tls-*); nil: none
 	problems []Problem
 
 	uid         types.UID
@@ -108,6 +110,10 @@ type Result struct {
 	// Secrets, in the order of the Ingresses (the first is the default
 	// for a client that names no host); SNI picks among them.
 	Certificates []Certificate
+	// ClientAuth is how the HTTPS listener verifies the clients of some
+	// hosts (auth-tls-*), in the order of the Ingresses: the first of a
+	// host's is the one.
+	ClientAuth []config.ClientAuth
 	// Ours are the Ingresses served ("namespace/name"), whose status
 	// baton writes.
 	Ours []string
@@ -140,7 +146,7 @@ type Certificate struct {
 // Translate turns a snapshot into what baton serves.
 func Translate(s *Snapshot, opts Options) *Result {
 	res := &Result{Problems: map[string][]Problem{}, Good: map[string]*Translation{}}
-	t := &translator{s: s, opts: opts, res: res, backends: map[string]bool{}, secrets: map[string]bool{}, canaries: map[string]*canary{}}
+	t := &translator{s: s, opts: opts, res: res, backends: map[string]bool{}, secrets: map[string]bool{}, canaries: map[string]*canary{}, authHosts: map[string]string{}}
 	classes := ourClasses(s.Classes)
 	ings := slices.Clone(s.Ingresses)
 	slices.SortFunc(ings, func(a, b networkingv1.Ingress) int {
@@ -162,11 +168,17 @@ func Translate(s *Snapshot, opts Options) *Result {
 		for _, a := range unknown {
 			t.problem(ing, ReasonNotImplemented, "annotation %s is not implemented by baton: the Ingress is served without it", a)
 		}
+		if err == nil && o.authSecret != "" && !o.canary {
+			o.authCA, err = t.clientCA(ing, o.authSecret)
+		}
 		if err != nil {
 			t.refuse(ing, err)
 			continue
 		}
 		if o.canary {
+			if o.authSecret != "" {
+				t.problem(ing, ReasonInvalid, "auth-tls-secret: a canary's is not read: its main Ingress's verifies the clients of the host")
+			}
 			t.addCanary(ing, o)
 			continue
 		}
@@ -268,6 +280,37 @@ func (t *translator) keep(key string, tr *Translation) {
 			t.res.Certificates = append(t.res.Certificates, c)
 		}
 	}
+	if a := tr.auth; a != nil {
+		for _, h := range a.Hosts {
+			if by, ok := t.authHosts[h]; ok {
+				p := Problem{ReasonInvalid, fmt.Sprintf("auth-tls-secret: the clients of %s are verified as the older Ingress %s says", h, by)}
+				t.res.Problems[key] = append(t.res.Problems[key], p)
+				continue
+			}
+			t.authHosts[h] = key
+		}
+		t.res.ClientAuth = append(t.res.ClientAuth, *a)
+	}
+}
+
+// clientCA returns the CA certificates of the Secret name of ing's
+// namespace (auth-tls-secret): its ca.crt, as ingress-nginx reads it.
+// A Secret with a revocation list (ca.crl) is refused: baton does not
+// read one, and would accept the certificates it revokes.
+func (t *translator) clientCA(ing *networkingv1.Ingress, name string) ([]byte, error) {
+	key := ing.Namespace + "/" + name
+	sec := t.s.Secrets[key]
+	if sec == nil {
+		return nil, fmt.Errorf("annotation auth-tls-secret: Secret %s not found", key)
+	}
+	if _, ok := sec.Data["ca.crl"]; ok {
+		return nil, fmt.Errorf("annotation auth-tls-secret: Secret %s: ca.crl: certificate revocation lists are not implemented, and a certificate it revokes would be accepted", key)
+	}
+	ca := sec.Data["ca.crt"]
+	if !x509.NewCertPool().AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("annotation auth-tls-secret: Secret %s: no certificate in ca.crt", key)
+	}
+	return ca, nil
 }
 
 // classes are baton's IngressClasses: their names, and whether one is the
@@ -312,8 +355,11 @@ type translator struct {
 	res      *Result
 	backends map[string]bool // names added to the routing
 	secrets  map[string]bool // Secrets whose certificate is in the result
-	canaries map[string]*canary
-	cur      *Translation // the Ingress being translated
+	// authHosts are the hosts whose clients are verified: by which
+	// Ingress.
+	authHosts map[string]string
+	canaries  map[string]*canary
+	cur       *Translation // the Ingress being translated
 }
 
 // problem notes what of ing could not be served as asked.
@@ -385,6 +431,24 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries stri
 	if o.customHeaders != "" {
 		o.responseHeaders = t.headers(ing, o.customHeaders)
 	}
+	if o.authCA != nil {
+		a := &config.ClientAuth{CA: o.authCA, Verify: o.authVerify, Depth: o.authDepth}
+		for _, rule := range ing.Spec.Rules {
+			if h := strings.ToLower(rule.Host); h != "" && !slices.Contains(a.Hosts, h) {
+				a.Hosts = append(a.Hosts, h)
+			}
+		}
+		if len(a.Hosts) > 0 {
+			t.cur.auth = a
+		}
+	}
+	said := map[string]bool{} // the auth-tls problems, said once
+	once := func(format string, args ...any) {
+		if !said[format] {
+			said[format] = true
+			t.problem(ing, ReasonInvalid, format, args...)
+		}
+	}
 	// A host with TLS is redirected from HTTP to HTTPS (ingress-nginx's
 	// ssl-redirect, on unless "false"; 308 keeps the method and body);
 	// force-ssl-redirect redirects every host of ing.
@@ -396,6 +460,12 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries stri
 	}
 	order := 0
 	add := func(name, host string, m route.Match, backends []route.Backend[string], redirect *route.Redirect) {
+		if o.authCA != nil && host == "" {
+			// Clients are verified by host (the server name of their
+			// handshake): one without a host would be served unverified.
+			once("auth-tls-secret: the default backend and rules without a host are not served: client certificates are verified by host")
+			return
+		}
 		for _, listener := range []string{t.opts.HTTPListener, t.opts.HTTPSListener} {
 			if listener == "" {
 				continue
@@ -414,8 +484,15 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries stri
 				r.MaxBodySize = o.bodySize
 			}
 			r.Access, r.RateLimit, r.MaxConnections = o.access, o.limit, o.conns
+			authHTTP := o.authCA != nil && listener == t.opts.HTTPListener
+			if authHTTP && !redirects(host) {
+				once("auth-tls-secret: plain HTTP is redirected to HTTPS, whatever ssl-redirect and spec.tls say: client certificates need TLS")
+			}
+			if o.authCA != nil && listener == t.opts.HTTPSListener {
+				r.ClientCert = &route.ClientCert{Pass: o.authPass}
+			}
 			switch {
-			case listener == t.opts.HTTPListener && redirects(host):
+			case listener == t.opts.HTTPListener && (redirects(host) || authHTTP):
 				r.Backends = nil
 				r.Filters.Redirect = &route.Redirect{Scheme: "https", StatusCode: 308}
 				if t.opts.HTTPSPort != 443 {
@@ -636,6 +713,9 @@ func (t *translator) backend(ing *networkingv1.Ingress, b *networkingv1.IngressB
 	}
 	if o.readTimeout > 0 {
 		bc.ResponseTimeout, name = config.Duration(o.readTimeout), name+"/read="+o.readTimeout.String()
+	}
+	if o.sendTimeout > 0 {
+		bc.SendTimeout, name = config.Duration(o.sendTimeout), name+"/send="+o.sendTimeout.String()
 	}
 	bc.Name = name
 	if !slices.ContainsFunc(t.cur.backends, func(x config.Backend) bool { return x.Name == name }) {

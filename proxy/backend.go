@@ -52,6 +52,8 @@ type backend struct {
 	// responseTimeout bounds the wait for a response head, and each wait
 	// for response body bytes.
 	responseTimeout time.Duration
+	// sendTimeout bounds each write of a request (upWriter).
+	sendTimeout time.Duration
 
 	mu     sync.Mutex // protects byAddr; held by updates only
 	byAddr map[string]*endpoint
@@ -122,6 +124,7 @@ func newBackend(bc config.Backend, headMax int) *backend {
 
 		hashHeader:      strings.ToLower(bc.HashHeader),
 		responseTimeout: bc.ResponseTimeout.Std(),
+		sendTimeout:     bc.SendTimeout.Std(),
 	}
 	b.tlsConf = upstreamTLS(bc.TLS)
 	b.cookieAttrs = "; Path=" + cmp.Or(bc.CookiePath, "/")

@@ -32,7 +32,7 @@ func (p *Proxy) ApplyRouting(ctx context.Context, payload []byte) error {
 		return fmt.Errorf("routing: %w", err)
 	}
 	var errs []error
-	if err := p.applyCertificates(head.Certificates); err != nil {
+	if err := p.applyCertificates(head.Certificates, head.ClientAuth); err != nil {
 		errs = append(errs, err)
 	}
 	old := p.dynamicBackends()

@@ -28,19 +28,28 @@ type requestSender interface {
 // cookie, hash header). A status other than 0 is the answer when nothing
 // can serve it: routeRedirect (the rule redirects: rt's location),
 // routePreflight (a CORS preflight, which baton answers), 404
-// (no rule), 403 (the rule's Access refuses the client), routeLimited
+// (no rule), 421 and 400 (the host verifies client certificates, and
+// this connection's server name or certificate does not do: checkClient),
+// 403 (the rule's Access refuses the client), routeLimited
 // (the client is over the rule's rate limit: 503), 500 (the rule's share of a backend that
 // cannot be reached, as the Gateway API asks), 413 (a body over the
 // rule's limit, known from its length), 503 (the backend has no
 // endpoint).
-func (p *Proxy) route(listener string, client netip.Addr, req *h1.Request, rt *routed, a *attempt, e *accessEntry) (set *endpointSet, status int) {
-	*rt = routed{path: rt.path, cors: rt.cors}
+func (p *Proxy) route(listener string, client netip.Addr, peer *tlsPeer, req *h1.Request, rt *routed, a *attempt, e *accessEntry) (set *endpointSet, status int) {
+	*rt = routed{path: rt.path, cors: rt.cors, certEdit: certEdit{lines: rt.certEdit.lines}}
+	v, status := p.checkClient(listener, req.Authority, peer)
+	if status != 0 {
+		return nil, status
+	}
 	r := route.Request{Host: req.Authority, Path: req.MatchPath(), Method: req.Method, Query: req.Query, Fields: req}
 	rule, matched := p.routes.Load().Match(listener, &r)
 	if rule == nil {
 		return nil, 404
 	}
 	rt.rule, rt.matched = rule, matched
+	if rule.ClientCert != nil {
+		rt.clientCert(v)
+	}
 	if rule.Access != nil && !rule.Access.Allows(client) {
 		return nil, 403
 	}
@@ -209,7 +218,7 @@ func reusable(uc *upConn, resp *h1.Response, untilEOF bool) bool {
 // ahead whole; a prefix read ahead of a larger body is written as its
 // first chunk, the rest to follow.
 func writeRequestHead(uc *upConn, rt *routed, req *h1.Request, state bodyState, body []byte, fwd *h1.Forwarded) {
-	extendWriteDeadline(uc.c, &uc.wdl, time.Now(), rt.backend.responseTimeout)
+	extendWriteDeadline(uc.c, &uc.wdl, time.Now(), uc.sendTimeout)
 	framing := h1.Framing{Length: req.ContentLength, Chunked: req.Chunked}
 	if state == bodyWhole {
 		framing = h1.Framing{Length: int64(len(body))}

@@ -43,6 +43,7 @@ type h1conn struct {
 	f        *httpFrontend
 	c        net.Conn
 	tls      *tls.Conn // c, when the listener terminates TLS
+	peer     tlsPeer   // its client, for client authentication
 	rd       *h1.Reader
 	cw       countWriter // c, counting what was written
 	bw       *bufio.Writer
@@ -247,6 +248,7 @@ func (hc *h1conn) readProxyHeader() bool {
 	hc.setClient(c.RemoteAddr())
 	if hc.f.tls != nil {
 		hc.tls = tls.Server(c, hc.f.tls)
+		hc.peer.reset(hc.tls)
 		c = hc.tls
 	}
 	hc.c, hc.cw.c = c, c
@@ -427,7 +429,7 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 	hc.noteRequest()
 	var a attempt
 	rt := &hc.rt
-	set, status := p.route(hc.f.name, hc.clientIP, req, rt, &a, &hc.entry)
+	set, status := p.route(hc.f.name, hc.clientIP, &hc.peer, req, rt, &a, &hc.entry)
 	defer rt.release()
 	switch status {
 	case 0:
@@ -439,6 +441,8 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 		return hc.errorResponse(503, req.HasBody() || req.Close)
 	case 413:
 		return hc.errorResponse(413, true) // before 100 Continue: the body never comes
+	case 400, 421: // the client's certificate or server name (checkClient): another connection may do
+		return hc.errorResponse(status, true)
 	case 503:
 		hc.f.noEndpoint(rt)
 		fallthrough
@@ -899,6 +903,7 @@ var statusText = map[int]string{
 	404: "Not Found",
 	405: "Method Not Allowed",
 	413: "Content Too Large",
+	421: "Misdirected Request",
 	408: "Request Timeout",
 	431: "Request Header Fields Too Large",
 	501: "Not Implemented",

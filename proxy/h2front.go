@@ -25,8 +25,9 @@ type h2client struct {
 	client   []byte     // the client's address, for X-Forwarded-For
 	clientIP netip.Addr // and parsed, for rules' Access
 	trusted  bool
-	proto    string // "https" over TLS, else "http"
-	port     int    // the port the connection was accepted on
+	proto    string   // "https" over TLS, else "http"
+	port     int      // the port the connection was accepted on
+	peer     *tlsPeer // the client's side of TLS (its connection's)
 	// For the access log.
 	tlsVersion, sni string
 }
@@ -36,7 +37,7 @@ type h2client struct {
 // it with GOAWAY (see httpFrontend.drain).
 func (hc *h1conn) serveH2(c net.Conn) {
 	f := hc.f
-	cl := &h2client{f: f, client: append([]byte(nil), hc.client...), clientIP: hc.clientIP, trusted: hc.trusted, proto: "http", port: localPort(c)}
+	cl := &h2client{f: f, client: append([]byte(nil), hc.client...), clientIP: hc.clientIP, trusted: hc.trusted, proto: "http", port: localPort(c), peer: &hc.peer}
 	if hc.tls != nil {
 		cs := hc.tls.ConnectionState()
 		cl.proto, cl.tlsVersion, cl.sni = "https", tlsVersionName(cs.Version), cs.ServerName
@@ -165,7 +166,7 @@ func (x *h2exchange) serve() {
 	e.referer, e.userAgent = req.Field("referer"), req.Field("user-agent")
 	var a attempt
 	rt := &x.rt
-	set, status := p.route(x.cl.f.name, x.cl.clientIP, req, rt, &a, e)
+	set, status := p.route(x.cl.f.name, x.cl.clientIP, x.cl.peer, req, rt, &a, e)
 	defer rt.release()
 	switch status {
 	case 0:

@@ -86,6 +86,7 @@ func (f *httpFrontend) newConn(c net.Conn) *h1conn {
 		hc.bw.Reset(&hc.cw)
 	}
 	hc.c, hc.cw.c, hc.tls = c, c, tc
+	hc.peer.reset(tc)
 	hc.wdl = time.Time{}
 	hc.state.Store(connActive)
 	hc.setClient(c.RemoteAddr())
@@ -103,6 +104,7 @@ func (f *httpFrontend) forget(hc *h1conn) {
 	f.p.stats.conns.Add(-1)
 	if hc.rd.Small() { // keep only small buffers
 		hc.c, hc.cw.c, hc.tls = nil, nil, nil
+		hc.peer.reset(nil)
 		hc.rd.Reset(nil)
 		hc.bw.Reset(&hc.cw)
 		f.pool.Put(hc)

@@ -43,9 +43,11 @@ type Proxy struct {
 	prepared     map[string]preparedRule
 	// provided are the certificates of the route providers' TLS
 	// listeners, from the routing; parsedCerts the last routing's, by a
-	// hash of their PEM (applyCertificates; routingMu).
+	// hash of their PEM, parsedAuth its client authentications
+	// (applyCertificates; routingMu).
 	provided    providedCerts
 	parsedCerts map[[32]byte]*tls.Certificate
+	parsedAuth  map[[32]byte]*clientAuth
 	// kube is the worker's Kubernetes watch, when one runs: started for
 	// the config's Services, or by the first routing that names one; its
 	// targets change with the routing.
@@ -189,6 +191,7 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 			}
 			if p.provided[lc.Name] != nil {
 				tc.GetCertificate = p.provided.getCertificate(lc.Name)
+				tc.GetConfigForClient = p.provided.getConfigForClient(lc.Name, tc)
 			}
 			p.tlsConfigs = append(p.tlsConfigs, tc)
 		}

@@ -43,6 +43,12 @@ func startProxy(t testing.TB, cfgYAML string) (p *Proxy, web, tcp string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startProxyConfig(t, cfg, ls), web, tcp
+}
+
+// startProxyConfig starts a proxy of cfg on ls, and stops it when t ends.
+func startProxyConfig(t testing.TB, cfg *config.Config, ls []ipc.Listener) (p *Proxy) {
+	t.Helper()
 	p = New(cfg, zaptest.NewLogger(t))
 	if err := p.Serve(ls); err != nil {
 		t.Fatal(err)
@@ -65,7 +71,7 @@ func startProxy(t testing.TB, cfgYAML string) (p *Proxy, web, tcp string) {
 		case <-time.After(5 * time.Second):
 		}
 	})
-	return p, web, tcp
+	return p
 }
 
 func webConfig(backends ...string) string {
@@ -395,5 +401,36 @@ func TestMaxRequestsPerConnection(t *testing.T) {
 	}
 	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("after the last request: %d bytes, %v (want EOF)", n, err)
+	}
+}
+
+// A backend's sendTimeout bounds each write of a request to it, not the
+// whole request (nginx's proxy_send_timeout, "between two successive write
+// operations", https://nginx.org/en/docs/http/ngx_http_proxy_module.html#proxy_send_timeout):
+// a body that a slow client streams for four times as long goes through.
+func TestSendTimeoutBoundsEachWrite(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		fmt.Fprintf(w, "%d", len(b))
+	}))
+	t.Cleanup(backend.Close)
+	cfg := strings.Replace(webConfig(hostOf(backend)), "connectTimeout: 1s", "connectTimeout: 1s\n    sendTimeout: 250ms\n    responseTimeout: 250ms", 1)
+	_, web, _ := startProxy(t, cfg)
+	c, br := dialWeb(t, web)
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n")
+	for range 10 { // a byte every 100 ms: a second in all
+		time.Sleep(100 * time.Millisecond)
+		c.Write([]byte("x"))
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(b) != "10" {
+		t.Errorf("a body streamed for 1 s with sendTimeout 250ms: %d %q", resp.StatusCode, b)
 	}
 }

@@ -38,6 +38,40 @@ type routed struct {
 	// client's, until release.
 	acquired bool
 	client   netip.Addr
+	// certEdit is the rule's request edit with the fields of its
+	// ClientCert (clientCert); its lines a buffer kept from one request
+	// to the next.
+	certEdit certEdit
+}
+
+// certEdit is a rule's request edit and the ClientCertFields lines of a
+// request's client certificate.
+type certEdit struct {
+	base  *route.HeaderEdit // never nil: it drops the client's own
+	lines []byte
+}
+
+// Drops reports whether a field named name is left out.
+func (e *certEdit) Drops(name []byte) bool { return e.base.Drops(name) }
+
+// Lines are the fields to write.
+func (e *certEdit) Lines() []byte { return e.lines }
+
+// clientCert prepares the request's ClientCertFields from v, the
+// verdict on its connection's certificate (nil: none asked for).
+func (rt *routed) clientCert(v *peerVerdict) {
+	e := &rt.certEdit
+	e.base = rt.rule.RequestEdit
+	e.lines = append(e.lines[:0], e.base.Lines()...)
+	switch {
+	case v == nil:
+		e.lines = append(e.lines, "ssl-client-verify: NONE\r\n"...)
+	default:
+		e.lines = append(e.lines, v.lines...)
+		if rt.rule.ClientCert.Pass {
+			e.lines = append(e.lines, v.cert...)
+		}
+	}
 }
 
 // release counts the request out of its rule's MaxConnections, once it
@@ -110,7 +144,10 @@ func (rt *routed) forwarded(fwd *h1.Forwarded, req *h1.Request) {
 	if rule == nil {
 		return
 	}
-	if rule.RequestEdit != nil {
+	switch {
+	case rule.ClientCert != nil:
+		fwd.Edit = &rt.certEdit
+	case rule.RequestEdit != nil:
 		fwd.Edit = rule.RequestEdit
 	}
 	if rw := rule.Filters.Rewrite; rw != nil {

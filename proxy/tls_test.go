@@ -154,7 +154,7 @@ func TestProvidedCertificates(t *testing.T) {
 	err = p.applyCertificates(map[string][]config.Certificate{
 		"ingress/https": {selfSigned(t, "a.example", ec), selfSigned(t, "a.example", rk), selfSigned(t, "*.b.example", ec)},
 		"web":           {selfSigned(t, "c.example", ec)},
-	})
+	}, nil)
 	if err == nil || !strings.Contains(err.Error(), `listener "web"`) {
 		t.Errorf("certificates for a listener that takes none: %v", err)
 	}
@@ -176,7 +176,7 @@ func TestProvidedCertificates(t *testing.T) {
 	// Rotated: the next routing's certificate serves, with no new
 	// listener; one parsed already is kept.
 	kept := p.parsedCerts
-	if err := p.applyCertificates(map[string][]config.Certificate{"ingress/https": {selfSigned(t, "d.example", ec)}}); err != nil {
+	if err := p.applyCertificates(map[string][]config.Certificate{"ingress/https": {selfSigned(t, "d.example", ec)}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := served("a.example", false); got != "d.example/ECDSA" {

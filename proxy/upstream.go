@@ -37,6 +37,19 @@ type upConn struct {
 	fd      int       // c's descriptor (the socket's, under TLS), for alive; -1 when it has none
 	tls     *tls.Conn // c, when the backend speaks TLS
 	sock    *sockConn // c, when it is plain TCP
+	// sendTimeout bounds each write to c (bw writes through upWriter).
+	sendTimeout time.Duration
+}
+
+// upWriter is what an upConn's bw writes to: its connection, each write
+// within the backend's sendTimeout from its start (nginx's
+// proxy_send_timeout), so that a body streamed for longer than that
+// still goes while the backend reads it.
+type upWriter struct{ uc *upConn }
+
+func (w upWriter) Write(p []byte) (int, error) {
+	extendWriteDeadline(w.uc.c, &w.uc.wdl, time.Now(), w.uc.sendTimeout)
+	return w.uc.c.Write(p)
 }
 
 // extendWriteDeadline is reader.extendDeadline for writes.
@@ -192,7 +205,8 @@ func (p *addrPool) dial(ctx context.Context, b *backend, tconf *tls.Config) (*up
 		}
 		uc.tls = c.(*tls.Conn)
 	}
-	uc.c, uc.rd, uc.bw = c, h1.NewReader(c, b.headMax), bufio.NewWriterSize(c, writeBufSize)
+	uc.c, uc.rd, uc.sendTimeout = c, h1.NewReader(c, b.headMax), b.sendTimeout
+	uc.bw = bufio.NewWriterSize(upWriter{uc}, writeBufSize)
 	return uc, nil
 }
 

@@ -38,6 +38,7 @@ type providerSink struct {
 type providerRouting struct {
 	backends []config.Backend
 	certs    map[string][]config.Certificate
+	auth     map[string][]config.ClientAuth // of clients, by listener
 	lines    [][]byte
 }
 
@@ -97,6 +98,12 @@ func (p *providerSink) payloadLocked() []byte {
 			}
 			head.Certificates[l] = cs
 		}
+		for l, as := range r.auth {
+			if head.ClientAuth == nil {
+				head.ClientAuth = map[string][]config.ClientAuth{}
+			}
+			head.ClientAuth[l] = as
+		}
 		lines = append(lines, r.lines...)
 	}
 	return config.RoutingPayload(head, lines)
@@ -119,7 +126,7 @@ type gatewaySink struct{ p *providerSink }
 // Serve serves res's listeners and routing.
 func (g gatewaySink) Serve(ctx context.Context, res *gateway.Result) error {
 	ls, certs := gatewayListeners(res)
-	return g.p.serve(config.ProviderGateway, ls, providerRouting{res.Routing.Backends, certs, res.Lines})
+	return g.p.serve(config.ProviderGateway, ls, providerRouting{backends: res.Routing.Backends, certs: certs, lines: res.Lines})
 }
 
 // gatewayListeners are res's listeners as the config's: a reuseport group
@@ -203,6 +210,9 @@ func (s ingressSink) Serve(ctx context.Context, res *ingress.Result) error {
 	r := providerRouting{backends: res.Routing.Backends, lines: res.Lines}
 	if len(certs) > 0 {
 		r.certs = map[string][]config.Certificate{ingressHTTPS: certs}
+	}
+	if len(res.ClientAuth) > 0 {
+		r.auth = map[string][]config.ClientAuth{ingressHTTPS: res.ClientAuth}
 	}
 	return s.p.serve(config.ProviderIngress, s.listeners(), r)
 }

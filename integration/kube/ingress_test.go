@@ -420,6 +420,95 @@ func TestIngressAnnotations(t *testing.T) {
 			t.Errorf("source ranges of %s: %d, want %d", host, got, want)
 		}
 	}
+	// auth-tls-secret (an Opaque Secret's ca.crt, as ingress-nginx's
+	// documentation creates it), auth-tls-pass-certificate-to-upstream:
+	// a client without a certificate of the CA is answered 400 as nginx
+	// does, one with is served and its backend told (ssl-client-verify,
+	// ssl-client-cert); a Host whose SNI named another host is 421; the
+	// CA rotated in its Secret goes live with no handoff.
+	serverCA, clientCA := certs.NewCA(t, "mtls server CA"), certs.NewCA(t, "mtls client CA")
+	srvCrt, srvKey := serverCA.Issue(t, []string{"mtls.example", "plain-tls.example"}, certs.Options{SerialNum: 21})
+	for _, sec := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mtls"}, Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: srvCrt, corev1.TLSPrivateKeyKey: srvKey}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "client-ca"}, Data: map[string][]byte{"ca.crt": clientCA.PEM}},
+	} {
+		if _, err := client.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("mtls", "mtls.example", "/", prefix, "app", "auth-tls-secret", ns+"/client-ca", "auth-tls-pass-certificate-to-upstream", "true")
+	create("plaintls", "plain-tls.example", "/", prefix, "app")
+	for _, name := range []string{"mtls", "plaintls"} {
+		in, err := client.NetworkingV1().Ingresses(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Spec.TLS = []networkingv1.IngressTLS{{Hosts: []string{in.Spec.Rules[0].Host}, SecretName: "mtls"}}
+		if _, err := client.NetworkingV1().Ingresses(ns).Update(ctx, in, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cliCrt, cliKey := clientCA.Issue(t, []string{"alice"}, certs.Options{Client: true, SerialNum: 22})
+	alice := certs.Pair(t, cliCrt, cliKey)
+	mtlsGet := func(sni, host, target string, cert *tls.Certificate) (int, string) {
+		cc := &tls.Config{RootCAs: serverCA.Pool, ServerName: sni}
+		if cert != nil {
+			cc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
+		}
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cc, DisableKeepAlives: true}}
+		req, _ := http.NewRequest("GET", "https://"+addr+target, nil)
+		req.Host = host
+		req.Header.Set("Ssl-Client-Verify", "FORGED")
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	harness.WaitFor(t, 30*time.Second, "the client-verified host served", func() bool {
+		code, _ := mtlsGet("mtls.example", "mtls.example", "/", &alice)
+		return code == 200
+	})
+	for range 8 { // new connections: both workers
+		if code, body := mtlsGet("mtls.example", "mtls.example", "/", nil); code != 400 {
+			t.Fatalf("auth-tls, no client certificate: %d %s, want 400", code, body)
+		}
+		code, body := mtlsGet("mtls.example", "mtls.example", "/headers", &alice)
+		if code != 200 || !strings.Contains(body, "Ssl-Client-Verify: SUCCESS\r\n") || strings.Contains(body, "FORGED") ||
+			!strings.Contains(body, "Ssl-Client-Cert: -----BEGIN%20CERTIFICATE-----") || !strings.Contains(body, "Ssl-Client-Subject-Dn: CN=alice") {
+			t.Fatalf("auth-tls with the CA's certificate: %d\n%s", code, body)
+		}
+	}
+	if code, _ := mtlsGet("plain-tls.example", "mtls.example", "/", &alice); code != 421 {
+		t.Errorf("auth-tls, SNI of a host without verification and Host of one with: %d, want 421", code)
+	}
+	if code, _ := mtlsGet("plain-tls.example", "plain-tls.example", "/", nil); code != 200 {
+		t.Errorf("the host without verification, no certificate: %d", code)
+	}
+	if r := do("GET", "mtls.example", "/", ""); r.StatusCode != 308 {
+		t.Errorf("plain HTTP to the client-verified host: %d, want 308 to HTTPS", r.StatusCode)
+	}
+	nextCA := certs.NewCA(t, "mtls client CA 2")
+	if _, err := client.CoreV1().Secrets(ns).Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "client-ca"},
+		Data: map[string][]byte{"ca.crt": nextCA.PEM}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bobCrt, bobKey := nextCA.Issue(t, []string{"bob"}, certs.Options{Client: true, SerialNum: 23})
+	bob := certs.Pair(t, bobCrt, bobKey)
+	harness.WaitFor(t, 30*time.Second, "the rotated client CA in both workers", func() bool {
+		for range 8 {
+			if code, _ := mtlsGet("mtls.example", "mtls.example", "/", &bob); code != 200 {
+				return false
+			}
+			if code, _ := mtlsGet("mtls.example", "mtls.example", "/", &alice); code != 400 {
+				return false
+			}
+		}
+		return true
+	})
+
 	// The snippet: an Event on its Ingress, and the rest served (above).
 	events := func(name, reason string) []corev1.Event {
 		list, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})

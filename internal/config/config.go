@@ -35,6 +35,7 @@ const (
 	DefaultMaxRequestsPerConnection = 1000
 	DefaultConnectTimeout           = 5 * time.Second
 	DefaultResponseTimeout          = 60 * time.Second
+	DefaultSendTimeout              = 60 * time.Second
 	DefaultBackendIdle              = 30 * time.Second
 	DefaultProtocol                 = ProtocolHTTP
 
@@ -314,6 +315,10 @@ type Backend struct {
 	// request is sent, and each wait for more of a response body (nginx's
 	// proxy_read_timeout). Past it the client gets a 504.
 	ResponseTimeout Duration `json:"responseTimeout,omitempty"`
+	// SendTimeout bounds each write of a request to the backend (nginx's
+	// proxy_send_timeout: between two writes, not the whole request): a
+	// backend that reads nothing that long fails the request.
+	SendTimeout Duration `json:"sendTimeout,omitempty"`
 	// IdleTimeout closes a pooled upstream connection unused this long.
 	IdleTimeout Duration `json:"idleTimeout,omitempty"`
 	// ConnectionLifetime bounds how long an upstream keep-alive connection
@@ -428,6 +433,7 @@ type ValueMatch struct {
 func (b *Backend) SetDefaults() {
 	setDuration(&b.ConnectTimeout, DefaultConnectTimeout)
 	setDuration(&b.ResponseTimeout, DefaultResponseTimeout)
+	setDuration(&b.SendTimeout, DefaultSendTimeout)
 	setDuration(&b.IdleTimeout, DefaultBackendIdle)
 	if b.Balancer == "" {
 		b.Balancer = BalancerRoundRobin
@@ -457,6 +463,9 @@ type Routing struct {
 	// Certificates are the route providers' TLS listeners' certificates,
 	// by listener (RoutingHead).
 	Certificates map[string][]Certificate `json:"certificates,omitempty"`
+	// ClientAuth is what those listeners ask of clients' certificates,
+	// by listener (RoutingHead).
+	ClientAuth map[string][]ClientAuth `json:"clientAuth,omitempty"`
 }
 
 // RoutingHead is the first line of an encoded routing: its backends and
@@ -466,6 +475,7 @@ type Routing struct {
 type RoutingHead struct {
 	Backends     []Backend                `json:"backends,omitempty"`
 	Certificates map[string][]Certificate `json:"certificates,omitempty"`
+	ClientAuth   map[string][]ClientAuth  `json:"clientAuth,omitempty"`
 }
 
 // MarshalRouting encodes r as it travels: JSON lines, the first the head
@@ -482,7 +492,7 @@ func MarshalRouting(r Routing) ([]byte, error) {
 		}
 		lines[i] = line
 	}
-	return RoutingPayload(RoutingHead{Backends: r.Backends, Certificates: r.Certificates}, lines), nil
+	return RoutingPayload(RoutingHead{Backends: r.Backends, Certificates: r.Certificates, ClientAuth: r.ClientAuth}, lines), nil
 }
 
 // RoutingPayload is MarshalRouting of a head and of rules encoded

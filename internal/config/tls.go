@@ -35,6 +35,33 @@ type Certificate struct {
 	KeyPEM  []byte `json:"keyPEM,omitempty"`
 }
 
+// ClientAuth is how a route provider's TLS listener verifies the
+// certificates of the clients of some hosts (ingress-nginx's auth-tls-*
+// annotations, nginx's ssl_verify_client): the handshake of a client that
+// names one of Hosts asks for a certificate signed by CA, and each request
+// for one of them is refused (400) unless its connection's certificate
+// verifies as Verify asks.
+type ClientAuth struct {
+	// Hosts are exact names or "*.suffix" (one label more).
+	Hosts []string `json:"hosts"`
+	// CA is the certificates a client's must chain to, PEM.
+	CA []byte `json:"ca"`
+	// Verify is VerifyOn (a verified certificate is required),
+	// VerifyOptional (one sent must verify) or VerifyOptionalNoCA (one
+	// sent is passed on, verified or not).
+	Verify string `json:"verify"`
+	// Depth bounds the certificates between the client's and the CA's
+	// (nginx's ssl_verify_depth: 1, the CA signed the client's); 0 is 1.
+	Depth int `json:"depth,omitempty"`
+}
+
+// ClientAuth.Verify values, nginx's ssl_verify_client.
+const (
+	VerifyOn           = "on"
+	VerifyOptional     = "optional"
+	VerifyOptionalNoCA = "optional_no_ca"
+)
+
 // BackendTLS is how baton speaks TLS to a backend's endpoints.
 type BackendTLS struct {
 	// ServerName is sent (SNI) and must be a name of the endpoint's

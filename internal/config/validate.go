@@ -215,7 +215,7 @@ func (c *Config) validate(offline bool) error {
 				bad("%s: static address %q: %v", where, a, err)
 			}
 		}
-		for key, d := range map[string]Duration{"connectTimeout": b.ConnectTimeout, "responseTimeout": b.ResponseTimeout, "idleTimeout": b.IdleTimeout} {
+		for key, d := range map[string]Duration{"connectTimeout": b.ConnectTimeout, "responseTimeout": b.ResponseTimeout, "sendTimeout": b.SendTimeout, "idleTimeout": b.IdleTimeout} {
 			if d.Std() < time.Millisecond {
 				bad("%s: %s must be at least 1ms, not %s", where, key, d)
 			}

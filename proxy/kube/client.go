@@ -84,17 +84,22 @@ func RESTClient(cfg *rest.Config, codecs serializer.CodecFactory, apiPath string
 // narrowed by fieldSelector (none when empty), decoding lists into what
 // newList makes.
 func ListWatchAll(rc *rest.RESTClient, params runtime.ParameterCodec, resource, fieldSelector string, newList func() runtime.Object) cache.ListerWatcher {
+	return ListWatchIn(rc, params, "", resource, fieldSelector, newList)
+}
+
+// ListWatchIn is ListWatchAll in one namespace ("": every one).
+func ListWatchIn(rc *rest.RESTClient, params runtime.ParameterCodec, namespace, resource, fieldSelector string, newList func() runtime.Object) cache.ListerWatcher {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.FieldSelector = fieldSelector
 			out := newList()
-			err := rc.Get().Resource(resource).VersionedParams(&opts, params).Do(ctx).Into(out)
+			err := rc.Get().Namespace(namespace).Resource(resource).VersionedParams(&opts, params).Do(ctx).Into(out)
 			return out, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.Watch = true
 			opts.FieldSelector = fieldSelector
-			return rc.Get().Resource(resource).VersionedParams(&opts, params).Watch(ctx)
+			return rc.Get().Namespace(namespace).Resource(resource).VersionedParams(&opts, params).Watch(ctx)
 		},
 	}
 }

@@ -3,6 +3,7 @@ package route
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,6 +49,20 @@ func newHeaderEdit(m *HeaderModifier) *HeaderEdit {
 			e.lines = append(e.lines, h.Value...)
 			e.lines = append(e.lines, "\r\n"...)
 			e.pairs = append(e.pairs, Field{Name: []byte(strings.ToLower(h.Name)), Value: []byte(h.Value)})
+		}
+	}
+	return e
+}
+
+// dropping returns e (a new edit when nil) dropping names too, lower
+// case.
+func (e *HeaderEdit) dropping(names []string) *HeaderEdit {
+	if e == nil {
+		e = &HeaderEdit{}
+	}
+	for _, n := range names {
+		if !slices.Contains(e.drop, n) {
+			e.drop = append(e.drop, n)
 		}
 	}
 	return e

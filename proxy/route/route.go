@@ -67,7 +67,26 @@ type Rule[B any] struct {
 	// flight at once (ingress-nginx's limit-connections); beyond it, 503.
 	// Each worker counts its own.
 	MaxConnections int `json:",omitzero"`
+	// ClientCert, when set, tells the backend about the client's
+	// certificate in the fields of ClientCertFields (ingress-nginx's
+	// auth-tls headers); the client's own fields of those names are
+	// dropped.
+	ClientCert *ClientCert `json:",omitzero"`
 }
+
+// ClientCert is what a rule tells its backend of the client's
+// certificate: its verification, subject and issuer always, and with Pass
+// the certificate itself (ingress-nginx's
+// auth-tls-pass-certificate-to-upstream).
+type ClientCert struct {
+	Pass bool `json:",omitzero"`
+}
+
+// ClientCertFields are the request fields of a rule's ClientCert, as
+// ingress-nginx names them: "SUCCESS", "NONE" or "FAILED:reason"; the
+// subject's and issuer's distinguished names (RFC 2253); the PEM,
+// URL-encoded (nginx's $ssl_client_escaped_cert).
+var ClientCertFields = []string{"ssl-client-verify", "ssl-client-subject-dn", "ssl-client-issuer-dn", "ssl-client-cert"}
 
 // Access is who may send a rule's requests, by the client's address (the
 // connection's, or the PROXY protocol's): none of Deny, and one of Allow
@@ -340,7 +359,7 @@ type Timeouts struct {
 func Resolve[A, B any](r Rule[A], find func(A) (B, bool)) Rule[B] {
 	out := Rule[B]{
 		Name: r.Name, Listener: r.Listener, Hostnames: r.Hostnames, OneLabel: r.OneLabel, Matches: r.Matches,
-		MaxBodySize: r.MaxBodySize, BufferRequestBody: r.BufferRequestBody, Order: r.Order, Timeouts: r.Timeouts, Access: r.Access, RateLimit: r.RateLimit, MaxConnections: r.MaxConnections,
+		MaxBodySize: r.MaxBodySize, BufferRequestBody: r.BufferRequestBody, Order: r.Order, Timeouts: r.Timeouts, Access: r.Access, RateLimit: r.RateLimit, MaxConnections: r.MaxConnections, ClientCert: r.ClientCert,
 		Filters: Filters[B]{RequestHeaders: r.Filters.RequestHeaders, ResponseHeaders: r.Filters.ResponseHeaders, Redirect: r.Filters.Redirect, Rewrite: r.Filters.Rewrite, CORS: r.Filters.CORS},
 	}
 	for _, b := range r.Backends {

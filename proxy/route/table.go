@@ -314,6 +314,9 @@ func compileRule[B any](r *Rule[B]) (*Compiled[B], []*entry[B], error) {
 		return nil, nil, fmt.Errorf("%s: %w", r.Name, err)
 	}
 	c := &Compiled[B]{Rule: *r, RequestEdit: newHeaderEdit(r.Filters.RequestHeaders), ResponseEdit: newHeaderEdit(r.Filters.ResponseHeaders)}
+	if r.ClientCert != nil {
+		c.RequestEdit = c.RequestEdit.dropping(ClientCertFields)
+	}
 	if rw := r.Filters.Rewrite; rw != nil && rw.Hostname != "" {
 		c.RewriteHost = []byte(rw.Hostname)
 	}
@@ -591,6 +594,10 @@ func (c *Compiled[B]) Pick() (b B, ok bool) {
 func normalizeHost(h string) string {
 	return strings.TrimSuffix(strings.ToLower(h), ".")
 }
+
+// RequestHost is a request's host as rules take it: without its port or
+// trailing dot (its case as it came).
+func RequestHost(h []byte) []byte { return normalizeHostBytes(h) }
 
 // normalizeHostBytes strips a request host's port and trailing dot.
 func normalizeHostBytes(h []byte) []byte {
