@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -80,4 +81,44 @@ func BenchmarkProxyKeepAlive(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkIdleConnections measures what an idle keep-alive connection
+// costs a worker (issue 23): conns connections each make one request and
+// wait; the heap and the goroutine stacks grow by the reported bytes per
+// connection (the client's side of the sockets included: a net.Conn and
+// its poller entry, a few hundred bytes).
+//
+//	go test -run '^$' -bench IdleConnections -benchtime 1x ./proxy/
+func BenchmarkIdleConnections(b *testing.B) {
+	const conns = 2000
+	_, web, _ := startProxy(b, webConfig(fixedBackend(b)))
+	var before, after runtime.MemStats
+	buf := make([]byte, 4096)
+	for range b.N {
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		cs := make([]net.Conn, 0, conns)
+		for range conns {
+			c, err := net.Dial("tcp", web)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+				b.Fatal(err)
+			}
+			if n, err := c.Read(buf); err != nil || !strings.HasSuffix(string(buf[:n]), "ok\n") {
+				b.Fatalf("response: %q %v", buf[:n], err)
+			}
+			cs = append(cs, c)
+		}
+		runtime.GC()
+		runtime.GC() // stacks shrink at a GC: two, as time would
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse))/conns, "heap-B/conn")
+		b.ReportMetric(float64(int64(after.StackInuse)-int64(before.StackInuse))/conns, "stack-B/conn")
+		for _, c := range cs {
+			c.Close()
+		}
+	}
 }

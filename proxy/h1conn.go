@@ -30,6 +30,37 @@ const (
 	connClosing
 )
 
+// writerPool holds the response writers of connections waiting for a
+// request (releaseBuffers): an idle keep-alive connection holds none.
+var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufSize) }}
+
+// takeWriter gives hc a response writer, for a request's responses.
+func (hc *h1conn) takeWriter() {
+	if hc.bw == nil {
+		hc.bw = writerPool.Get().(*bufio.Writer)
+		hc.bw.Reset(&hc.cw)
+	}
+}
+
+// releaseWriter gives hc's writer back when nothing is left in it.
+func (hc *h1conn) releaseWriter() {
+	if hc.bw != nil && hc.bw.Buffered() == 0 {
+		hc.bw.Reset(nil)
+		writerPool.Put(hc.bw)
+		hc.bw = nil
+	}
+}
+
+// releaseBuffers gives back the read buffer and the writer, when nothing
+// is buffered in either, as hc waits for its next request: an idle
+// connection costs its goroutine and this struct, not 8 KiB of buffers.
+// What the last request's fields point to in the read buffer is not read
+// again: the next request is parsed anew.
+func (hc *h1conn) releaseBuffers() {
+	hc.rd.Release()
+	hc.releaseWriter()
+}
+
 // lingerTimeout bounds how long a connection being closed waits for the
 // client to close its side, discarding what it sends, so that the kernel
 // does not reset the connection under the last response.
@@ -161,7 +192,8 @@ func (hc *h1conn) serveInline(sc *sockConn) (head []byte, done bool, err error) 
 						err = os.ErrDeadlineExceeded
 						return true
 					}
-					drained = false // the next step follows input, or a deadline
+					drained = false     // the next step follows input, or a deadline
+					hc.releaseBuffers() // nothing buffered, nothing unsent: the wait holds none
 					return false
 				}
 				short, rerr := hc.rd.FillFrom(sc.readNow)
@@ -291,6 +323,7 @@ func (hc *h1conn) readRequestHead(first bool) ([]byte, error) {
 			hc.rd.SetDeadline(time.Now().Add(timeout))
 		} else {
 			hc.rd.ExtendDeadline(time.Now(), timeout)
+			hc.releaseWriter() // the read below needs its buffer
 		}
 		for {
 			var err error
@@ -361,6 +394,7 @@ var errNotHTTP2 = errors.New("malformed HTTP/2 preface")
 // handle proxies one request whose head is head, and logs it when the
 // access log is on. It reports whether the connection may serve another.
 func (hc *h1conn) handle(head []byte) bool {
+	hc.takeWriter()
 	start := time.Now()
 	e := &hc.entry
 	al := hc.f.p.access
@@ -973,6 +1007,7 @@ func localPort(c net.Conn) int {
 // headError answers a request head that could not be read, where an answer
 // makes sense, before the connection closes.
 func (hc *h1conn) headError(err error) {
+	hc.takeWriter()
 	var he *h1.Error
 	switch {
 	case hc.c == nil:

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"net"
@@ -80,10 +79,8 @@ func (f *httpFrontend) newConn(c net.Conn) *h1conn {
 	hc, _ := f.pool.Get().(*h1conn)
 	if hc == nil {
 		hc = &h1conn{f: f, rd: h1.NewReader(c, f.p.cfg.HTTP.MaxHeaderBytes)}
-		hc.bw = bufio.NewWriterSize(&hc.cw, writeBufSize)
 	} else {
 		hc.rd.Reset(c)
-		hc.bw.Reset(&hc.cw)
 	}
 	hc.c, hc.cw.c, hc.tls = c, c, tc
 	hc.peer.reset(tc)
@@ -106,7 +103,7 @@ func (f *httpFrontend) forget(hc *h1conn) {
 		hc.c, hc.cw.c, hc.tls = nil, nil, nil
 		hc.peer.reset(nil)
 		hc.rd.Reset(nil)
-		hc.bw.Reset(&hc.cw)
+		hc.releaseBuffers()
 		f.pool.Put(hc)
 	}
 	f.conns.Done()

@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -231,15 +233,38 @@ func (p *Proxy) reapIdle() {
 	every = min(every, config.DefaultBackendIdle/4)
 	tick := time.NewTicker(max(every, 50*time.Millisecond))
 	defer tick.Stop()
+	var peak int64
 	for {
 		select {
 		case now := <-tick.C:
 			p.eachBackend(func(b *backend) { b.reap(now) })
+			peak = giveBack(peak, p.stats.conns.Load())
 		case <-p.stopReaper:
 			return
 		}
 	}
 }
+
+// giveBack returns the memory of connections that closed to the system
+// once they fell to half their peak, by at least giveBackConns: the
+// runtime keeps freed pages for a while (and a GC only runs when the heap
+// grows), so a worker that held 10,000 idle connections would hold their
+// memory long after; operators size by RSS. It returns the new peak.
+func giveBack(peak, conns int64) int64 {
+	if conns > peak {
+		return conns
+	}
+	if peak-conns >= giveBackConns && conns <= peak/2 {
+		runtime.GC() // the pools' buffers (sync.Pool) go at the second GC
+		debug.FreeOSMemory()
+		return conns
+	}
+	return peak
+}
+
+// giveBackConns is the fall in connections that makes giveBack return
+// memory: a few MiB of it.
+const giveBackConns = 1000
 
 func (p *Proxy) listenerConfig(name string) *config.Listener {
 	for i := range p.cfg.Listeners {

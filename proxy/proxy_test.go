@@ -434,3 +434,18 @@ func TestSendTimeoutBoundsEachWrite(t *testing.T) {
 		t.Errorf("a body streamed for 1 s with sendTimeout 250ms: %d %q", resp.StatusCode, b)
 	}
 }
+
+// A worker gives the memory of closed connections back once they fall to
+// half their peak by at least giveBackConns; small swings keep it.
+func TestGiveBack(t *testing.T) {
+	peak := int64(0)
+	for _, step := range []struct {
+		conns, peak int64
+	}{
+		{500, 500}, {10_000, 10_000}, {9_000, 10_000}, {5_001, 10_000}, {5_000, 5_000}, {2_000, 2_000}, {1_500, 2_000}, {999, 999}, {0, 999},
+	} {
+		if peak = giveBack(peak, step.conns); peak != step.peak {
+			t.Fatalf("at %d connections: peak %d, want %d", step.conns, peak, step.peak)
+		}
+	}
+}

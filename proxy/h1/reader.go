@@ -3,6 +3,7 @@ package h1
 import (
 	"bytes"
 	"io"
+	"sync"
 	"time"
 )
 
@@ -21,15 +22,43 @@ type Conn interface {
 // buffer; body copies drain the buffer before reading the connection.
 type Reader struct {
 	c    Conn
-	buf  []byte
+	buf  []byte // nil until a read needs it, and after Release
 	r, w int
 	max  int       // the buffer may grow to this size to hold a head
 	dl   time.Time // the read deadline last set on c
+	// pooled holds buf while it is one of bufPool's (its initial size),
+	// so that Release and the next read move it without allocating.
+	pooled *[]byte
 }
 
-// NewReader returns a Reader of c whose heads may be up to max bytes.
+// bufPool holds the initial buffers of Readers that wait with nothing
+// buffered (Release): an idle keep-alive connection holds none.
+var bufPool = sync.Pool{New: func() any {
+	b := make([]byte, ReadBufferSize)
+	return &b
+}}
+
+// NewReader returns a Reader of c whose heads may be up to max bytes. Its
+// buffer comes with the first read.
 func NewReader(c Conn, max int) *Reader {
-	return &Reader{c: c, buf: make([]byte, ReadBufferSize), max: max}
+	return &Reader{c: c, max: max}
+}
+
+// Release gives the buffer back to the pool when nothing is buffered
+// (and it never grew): a Reader about to wait a long time for input holds
+// no memory of its own; the next read takes a buffer again.
+func (rd *Reader) Release() {
+	if rd.r != rd.w || rd.pooled == nil {
+		return
+	}
+	bufPool.Put(rd.pooled)
+	rd.buf, rd.pooled, rd.r, rd.w = nil, nil, 0, 0
+}
+
+// acquire takes a buffer from the pool.
+func (rd *Reader) acquire() {
+	rd.pooled = bufPool.Get().(*[]byte)
+	rd.buf, rd.r, rd.w = *rd.pooled, 0, 0
 }
 
 // Reset makes rd read c, with nothing buffered.
@@ -40,8 +69,9 @@ func (rd *Reader) Reset(c Conn) {
 }
 
 // Small reports whether the buffer has its initial size (it never grew
-// for a large head), which makes it worth keeping for reuse.
-func (rd *Reader) Small() bool { return len(rd.buf) == ReadBufferSize }
+// for a large head) or is released, which makes the Reader worth keeping
+// for reuse.
+func (rd *Reader) Small() bool { return len(rd.buf) <= ReadBufferSize }
 
 // ExtendDeadline pushes the read deadline to now+timeout, lazily: moving a
 // deadline resets a runtime timer, so it moves only once less than half the
@@ -102,6 +132,10 @@ func (rd *Reader) FillFrom(read func([]byte) (int, error)) (short bool, err erro
 
 // makeRoom makes room at the end of the buffer for a read.
 func (rd *Reader) makeRoom() error {
+	if rd.buf == nil {
+		rd.acquire()
+		return nil
+	}
 	if rd.r > 0 {
 		if rd.r == rd.w {
 			rd.r, rd.w = 0, 0
@@ -117,6 +151,10 @@ func (rd *Reader) makeRoom() error {
 		nb := make([]byte, min(2*len(rd.buf), rd.max))
 		rd.w = copy(nb, rd.buf[rd.r:rd.w])
 		rd.r = 0
+		if rd.pooled != nil { // the initial buffer goes back
+			bufPool.Put(rd.pooled)
+			rd.pooled = nil
+		}
 		rd.buf = nb
 	}
 	return nil
@@ -225,7 +263,7 @@ func (rd *Reader) Read(p []byte) (int, error) {
 		rd.r += n
 		return n, nil
 	}
-	if len(p) >= len(rd.buf) {
+	if len(p) >= max(len(rd.buf), ReadBufferSize) {
 		return rd.c.Read(p)
 	}
 	if err := rd.Fill(); err != nil {

@@ -36,6 +36,10 @@ type settings struct {
 	Concurrency      int           `json:"concurrency"`
 	TimelineHandoffs int           `json:"timelineHandoffs"`
 	TimelineWorkers  []int         `json:"timelineWorkers"`
+	// IdleConns idle keep-alive connections are measured, and the
+	// memory again IdleGiveBack after they closed.
+	IdleConns    int           `json:"idleConns"`
+	IdleGiveBack time.Duration `json:"idleGiveBackNs"`
 }
 
 // Results is everything one run measured; docs/benchmarks.json holds the
@@ -49,6 +53,8 @@ type Results struct {
 	Speed    map[string]speedResult `json:"speed"`
 	Timeline []timelineResult       `json:"timeline"`
 	Memory   map[string]memResult   `json:"memory"`
+	// Idle is what idle keep-alive connections cost, by target.
+	Idle map[string]idleResult `json:"idle,omitempty"`
 	// TLS are the TLS rows, by target; TLSHandoffs reloads under TLS
 	// load; AccessLog baton's keep-alive rate with the access log on and
 	// off.
@@ -71,7 +77,7 @@ func main() {
 	only := flag.String("targets", "direct,baton,nginx,haproxy", "targets to measure")
 	speedOnly := flag.Bool("speed-only", false, "measure throughput and latency only (for profiling; the report lacks the rest)")
 	rerender := flag.Bool("report-only", false, "measure nothing: write the report of the raw results in -json anew (after the report's text changed)")
-	phases := flag.String("phases", "speed,tls,rsa,accesslog,targets,timeline", "what to measure: throughput (speed), the TLS rows (tls), full RSA handshakes (rsa), the access log's cost, each target's reloads and memory (targets), baton's handoff timeline")
+	phases := flag.String("phases", "speed,tls,rsa,accesslog,targets,idle,timeline", "what to measure: throughput (speed), the TLS rows (tls), full RSA handshakes (rsa), the access log's cost, each target's reloads and memory (targets), idle keep-alive connections' memory (idle), baton's handoff timeline")
 	attackOut := flag.String("attacks", "", "run the attack suite instead (make attacks), and write its table into `FILE` (docs/security.md)")
 	flag.Parse()
 	if *rerender {
@@ -90,10 +96,10 @@ func main() {
 	}
 
 	s := settings{HandoffRun: 40 * time.Second, TLSHandoffRun: 24 * time.Second, ReloadEvery: 400 * time.Millisecond, Turn: 3 * time.Second, Rounds: 10,
-		Concurrency: 32, TimelineHandoffs: 100, TimelineWorkers: []int{1, 2, 4}}
+		Concurrency: 32, TimelineHandoffs: 100, TimelineWorkers: []int{1, 2, 4}, IdleConns: 10_000, IdleGiveBack: time.Minute}
 	if *quick {
 		s = settings{HandoffRun: 12 * time.Second, TLSHandoffRun: 10 * time.Second, ReloadEvery: 400 * time.Millisecond, Turn: 2 * time.Second, Rounds: 2,
-			Concurrency: 32, TimelineHandoffs: 20, TimelineWorkers: []int{1, 2}}
+			Concurrency: 32, TimelineHandoffs: 20, TimelineWorkers: []int{1, 2}, IdleConns: 10_000, IdleGiveBack: 10 * time.Second}
 	}
 	work, err := os.MkdirTemp("", "baton-bench-")
 	if err != nil {
@@ -109,6 +115,7 @@ func main() {
 		Handoffs: map[string]handoffRun{},
 		Speed:    map[string]speedResult{},
 		Memory:   map[string]memResult{},
+		Idle:     map[string]idleResult{},
 
 		TLS:         map[string]tlsResult{},
 		TLSHandoffs: map[string]handoffRun{},
@@ -179,6 +186,13 @@ func main() {
 	for _, name := range names {
 		if do["targets"] {
 			r.measureTarget(name)
+		}
+		if do["idle"] && name != "direct" {
+			r.run(name, "idle connections", func(t target) error {
+				m, err := r.idle(t, s.IdleConns, s.IdleGiveBack)
+				r.res.Idle[name] = m
+				return err
+			})
 		}
 	}
 	if withBaton && do["timeline"] {

@@ -158,6 +158,17 @@ func report(r *Results) string {
 		}
 		w("| %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", n, m.MasterRSSKiB, m.MasterPrivateKiB, m.MasterFDs, m.Workers, m.WorkerRSSIdleKiB, m.WorkerRSSLoadKiB, m.WorkerFDsIdle, m.WorkerFDsLoad)
 	}
+	if len(r.Idle) > 0 {
+		w("\n## 4a. Idle keep-alive connections\n\n")
+		w("%d connections that each made one HTTP/1.1 request and wait, as many clients' would: the\n", r.Settings.IdleConns)
+		w("workers' resident memory (KiB, both workers) before, while they wait, and %s after they closed.\n\n", r.Settings.IdleGiveBack)
+		w("| target | before | idle | per connection (bytes) | closed |\n|---|---|---|---|---|\n")
+		for _, n := range names {
+			if m, ok := r.Idle[n]; ok && m.Conns > 0 {
+				w("| %s | %d | %d | %.0f | %d |\n", n, m.RSSBeforeKiB, m.RSSIdleKiB, m.BytesPerConn, m.RSSClosedKiB)
+			}
+		}
+	}
 	w("\n")
 	b.WriteString(goals(r))
 	b.WriteString(findings)

@@ -400,7 +400,7 @@ func (h *haproxy) Start() error {
 	cfg := fmt.Sprintf(`global
     master-worker
     nbthread 2
-    maxconn 8000
+    maxconn 16000
     stats socket %[1]s/admin.sock mode 600 level admin expose-fd listeners
 defaults
     mode http
