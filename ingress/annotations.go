@@ -69,6 +69,8 @@ type options struct {
 	authVerify string
 	authDepth  int
 	authPass   bool
+	authCN     string // auth-tls-match-cn
+	authPage   string // auth-tls-error-page
 	authCA     []byte // the Secret's ca.crt, read by Translate
 }
 
@@ -87,6 +89,7 @@ var implemented = map[string]bool{
 	"limit-rps":      true, "limit-rpm": true, "limit-burst-multiplier": true,
 	"whitelist-source-range": true, "allowlist-source-range": true, "denylist-source-range": true,
 	"auth-tls-secret": true, "auth-tls-verify-client": true, "auth-tls-verify-depth": true, "auth-tls-pass-certificate-to-upstream": true,
+	"auth-tls-match-cn": true, "auth-tls-error-page": true,
 	"canary": true, "canary-weight": true, "canary-weight-total": true, "canary-by-header": true, "canary-by-header-value": true, "canary-by-header-pattern": true, "canary-by-cookie": true,
 }
 
@@ -377,6 +380,23 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 	}
 	intIn("auth-tls-verify-depth", 1, 100, &o.authDepth)
 	boolean("auth-tls-pass-certificate-to-upstream", &o.authPass)
+	if v, ok := get("auth-tls-match-cn"); ok {
+		// ingress-nginx asks for "CN=..." and matches it, unanchored,
+		// against nginx's $ssl_client_s_dn (RFC 2253, as baton's
+		// ssl-client-subject-dn); RE2 here, not PCRE.
+		if _, err := regexp.Compile(v); !strings.HasPrefix(v, "CN=") || err != nil {
+			bad("auth-tls-match-cn", "%q is not a regular expression (RE2) that starts with CN=", v)
+		}
+		o.authCN = v
+	}
+	if v, ok := get("auth-tls-error-page"); ok {
+		u, err := url.Parse(v)
+		if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			bad("auth-tls-error-page", "%q is not an http or https URL", v)
+		} else {
+			o.authPage = u.String()
+		}
+	}
 	return o, unknown, errors.Join(errs...)
 }
 

@@ -408,4 +408,24 @@ func TestClientCertificateAnnotations(t *testing.T) {
 	if p := res.Problems["shop/x"]; len(p) != 1 || !strings.Contains(p[0].Message, "not on, off, optional") {
 		t.Errorf("a bad verify-client: %+v", p)
 	}
+
+	// auth-tls-match-cn ("CN=...", matched against the subject) and
+	// auth-tls-error-page (a URL), as ingress-nginx's annotations.md
+	// has them; a value that is neither refuses the Ingress.
+	res = run(annotated("x", "auth-tls-secret", "shop/ca", "auth-tls-match-cn", "CN=(alice|bob)", "auth-tls-error-page", "https://login.example/cert"))
+	if len(res.ClientAuth) != 1 || res.ClientAuth[0].MatchCN != "CN=(alice|bob)" || res.ClientAuth[0].ErrorPage != "https://login.example/cert" {
+		t.Errorf("match-cn and error-page: %+v", res.ClientAuth)
+	}
+	for _, tt := range []struct{ name, v string }{
+		{"auth-tls-match-cn", "alice"},                           // not CN=
+		{"auth-tls-match-cn", "CN=(alice"},                       // does not compile
+		{"auth-tls-error-page", "/local"},                        // not absolute
+		{"auth-tls-error-page", "ftp://x/y"},                     // not http(s)
+		{"auth-tls-error-page", "https://x/\r\nSet-Cookie: a=b"}, // a line break
+	} {
+		res := run(annotated("x", "auth-tls-secret", "shop/ca", tt.name, tt.v))
+		if p := res.Problems["shop/x"]; len(p) == 0 || !strings.Contains(p[0].Message, tt.name) || len(res.Routing.Rules) != 0 {
+			t.Errorf("%s %q: %+v, %d rules", tt.name, tt.v, p, len(res.Routing.Rules))
+		}
+	}
 }

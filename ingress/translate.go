@@ -432,7 +432,7 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries stri
 		o.responseHeaders = t.headers(ing, o.customHeaders)
 	}
 	if o.authCA != nil {
-		a := &config.ClientAuth{CA: o.authCA, Verify: o.authVerify, Depth: o.authDepth}
+		a := &config.ClientAuth{CA: o.authCA, Verify: o.authVerify, Depth: o.authDepth, MatchCN: o.authCN, ErrorPage: o.authPage}
 		for _, rule := range ing.Spec.Rules {
 			if h := strings.ToLower(rule.Host); h != "" && !slices.Contains(a.Hosts, h) {
 				a.Hosts = append(a.Hosts, h)

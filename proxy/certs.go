@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -177,6 +178,11 @@ type clientAuth struct {
 	verify string // config.ClientAuth.Verify
 	depth  int    // at least 1
 	pool   *x509.CertPool
+	// matchCN, when set, must match a verified certificate's subject
+	// (403 otherwise); errorPage, when set, is where a refused
+	// certificate is redirected (302) rather than answered 400.
+	matchCN   *regexp.Regexp
+	errorPage string
 
 	once sync.Once
 	tc   *tls.Config // the handshake's (config)
@@ -192,7 +198,7 @@ func (p *Proxy) clientAuth(listener string, ca *config.ClientAuth, parsed map[[3
 		return nil, fmt.Errorf("verify %q: not on, optional or optional_no_ca", ca.Verify)
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%d\x00", listener, ca.Verify, ca.Depth)
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s\x00%s\x00", listener, ca.Verify, ca.Depth, ca.MatchCN, ca.ErrorPage)
 	h.Write(ca.CA)
 	var key [32]byte
 	h.Sum(key[:0])
@@ -205,7 +211,17 @@ func (p *Proxy) clientAuth(listener string, ca *config.ClientAuth, parsed map[[3
 		if !pool.AppendCertsFromPEM(ca.CA) {
 			return nil, errors.New("no CA certificate in the PEM")
 		}
-		a = &clientAuth{verify: ca.Verify, depth: max(ca.Depth, 1), pool: pool}
+		a = &clientAuth{verify: ca.Verify, depth: max(ca.Depth, 1), pool: pool, errorPage: ca.ErrorPage}
+		if ca.MatchCN != "" {
+			re, err := regexp.Compile(ca.MatchCN)
+			if err != nil {
+				return nil, fmt.Errorf("matchCN: %w", err)
+			}
+			a.matchCN = re
+		}
+		if ca.ErrorPage != "" && !validErrorPage(ca.ErrorPage) {
+			return nil, fmt.Errorf("errorPage %q: not an absolute http or https URL", ca.ErrorPage)
+		}
 	}
 	parsed[key] = a
 	return a, nil
@@ -234,7 +250,8 @@ func (a *clientAuth) config(base *tls.Config) *tls.Config {
 // lines they go upstream with.
 type peerVerdict struct {
 	auth   *clientAuth
-	refuse bool   // answered 400
+	refuse bool   // answered 400, or redirected to auth.errorPage
+	forbid bool   // the subject does not match auth.matchCN: answered 403
 	lines  []byte // ssl-client-verify, -subject-dn, -issuer-dn
 	cert   []byte // the ssl-client-cert line
 }
@@ -261,12 +278,31 @@ func (a *clientAuth) check(certs []*x509.Certificate) *peerVerdict {
 			verdict = "FAILED:" + err.Error()
 			v.refuse = a.verify != config.VerifyOptionalNoCA
 		}
-		v.lines = appendField(v.lines, "ssl-client-subject-dn", certs[0].Subject.String())
+		subject := certs[0].Subject.String()
+		v.forbid = a.matchCN != nil && !a.matchCN.MatchString(subject)
+		v.lines = appendField(v.lines, "ssl-client-subject-dn", subject)
 		v.lines = appendField(v.lines, "ssl-client-issuer-dn", certs[0].Issuer.String())
 		v.cert = appendField(nil, "ssl-client-cert", url.PathEscape(string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certs[0].Raw}))))
 	}
+	if len(certs) == 0 {
+		// nginx's $ssl_client_s_dn is empty then, and matches no CN=.
+		v.forbid = a.matchCN != nil && !a.matchCN.MatchString("")
+	}
 	v.lines = appendField(v.lines, "ssl-client-verify", verdict)
 	return v
+}
+
+// validErrorPage reports whether u may be an error page's Location: an
+// absolute http or https URL with a host, and no byte that would end or
+// split a header field (the value is written into one as it is).
+func validErrorPage(u string) bool {
+	for i := range len(u) {
+		if u[i] <= ' ' || u[i] >= 0x7f {
+			return false
+		}
+	}
+	pu, err := url.Parse(u)
+	return err == nil && (pu.Scheme == "http" || pu.Scheme == "https") && pu.Host != ""
 }
 
 // appendField appends the line "name: value\r\n", value's bytes outside
@@ -316,8 +352,10 @@ func (tp *tlsPeer) verdict(a *clientAuth) *peerVerdict {
 // connection's server name is of another authentication (nginx's answer
 // to a Host that differs from the SNI where clients are verified: the
 // handshake asked for another's certificate, or none), 400 when the
-// connection's certificate does not do, as nginx does; else 0, with the
-// verdict for the upstream fields.
+// connection's certificate does not do, as nginx does (routeCertErrorPage
+// when the host has an error page: ingress-nginx's error_page 495 496),
+// 403 when its subject does not match the host's MatchCN (ingress-nginx's
+// auth-tls-match-cn); else 0, with the verdict for the upstream fields.
 func (p *Proxy) checkClient(listener string, host []byte, peer *tlsPeer) (*peerVerdict, int) {
 	if peer == nil || peer.conn == nil { // plain HTTP: no map lookup
 		return nil, 0
@@ -338,8 +376,13 @@ func (p *Proxy) checkClient(listener string, host []byte, peer *tlsPeer) (*peerV
 		return nil, 421
 	}
 	v := peer.verdict(a)
-	if v.refuse {
+	switch {
+	case v.refuse && a.errorPage != "":
+		return v, routeCertErrorPage
+	case v.refuse:
 		return v, 400
+	case v.forbid:
+		return v, 403
 	}
 	return v, 0
 }

@@ -85,6 +85,10 @@ func (c *testCert) tls(chain ...*testCert) tls.Certificate {
 // verification by naming another host in its handshake. The backend
 // learns the verdict from baton's ssl-client-* fields only: the client's
 // own are dropped, and a certificate's names cannot break a line.
+// ingress-nginx's auth-tls-match-cn (its template's "if ($ssl_client_s_dn
+// !~ MATCH) { return 403; }") refuses a subject that does not match, and
+// auth-tls-error-page (its "error_page 495 496 = URL") redirects (302, as
+// nginx's error_page to a URL does) what would be a 400.
 func TestClientAuthentication(t *testing.T) {
 	root := issue(t, nil, "baton test root", true)
 	inter := issue(t, root, "baton test intermediate", true)
@@ -95,7 +99,7 @@ func TestClientAuthentication(t *testing.T) {
 	serverOnly := issue(t, root, "srv", false, x509.ExtKeyUsageServerAuth)
 	evil := issue(t, root, "eve\r\nssl-client-verify: SUCCESS", false, x509.ExtKeyUsageClientAuth)
 	srvKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	srvTmpl := &x509.Certificate{SerialNumber: big.NewInt(serial.Add(1)), DNSNames: []string{"secure.example", "deep.example", "open.example", "any.example"},
+	srvTmpl := &x509.Certificate{SerialNumber: big.NewInt(serial.Add(1)), DNSNames: []string{"secure.example", "deep.example", "open.example", "any.example", "cn.example", "page.example"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
 	srvDER, _ := x509.CreateCertificate(rand.Reader, srvTmpl, srvTmpl, srvKey.Public(), srvKey)
 	srvKeyDER, _ := x509.MarshalPKCS8PrivateKey(srvKey)
@@ -131,7 +135,7 @@ func TestClientAuthentication(t *testing.T) {
 	err = p.ApplyRouting(context.Background(), routingPayload(t, config.Routing{
 		Backends: []config.Backend{{Name: "k8s/app", Static: []string{hostOf(backend)}}},
 		Rules: []route.Rule[string]{rule("secure.example", &route.ClientCert{Pass: true}), rule("deep.example", &route.ClientCert{}),
-			rule("open.example", nil), rule("any.example", &route.ClientCert{})},
+			rule("open.example", nil), rule("any.example", &route.ClientCert{}), rule("cn.example", &route.ClientCert{}), rule("page.example", &route.ClientCert{})},
 		Certificates: map[string][]config.Certificate{"ingress/https": {{
 			CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER}),
 			KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: srvKeyDER})}}},
@@ -139,6 +143,8 @@ func TestClientAuthentication(t *testing.T) {
 			{Hosts: []string{"secure.example"}, CA: root.pem(), Verify: config.VerifyOn},
 			{Hosts: []string{"deep.example"}, CA: root.pem(), Verify: config.VerifyOptional, Depth: 2},
 			{Hosts: []string{"any.example"}, CA: root.pem(), Verify: config.VerifyOptionalNoCA},
+			{Hosts: []string{"cn.example"}, CA: root.pem(), Verify: config.VerifyOptional, Depth: 2, MatchCN: "CN=(alice|carol)"},
+			{Hosts: []string{"page.example"}, CA: root.pem(), Verify: config.VerifyOn, ErrorPage: "https://login.example/cert?from=baton"},
 		}},
 	}))
 	if err != nil {
@@ -169,7 +175,8 @@ func TestClientAuthentication(t *testing.T) {
 		req.Host = host
 		req.Header.Set("ssl-client-verify", "FORGED")
 		req.Header.Set("ssl-client-subject-dn", "CN=forged")
-		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
 		if err != nil {
 			t.Fatalf("%s (Host %s): %v", sni, host, err)
 		}
@@ -178,6 +185,9 @@ func TestClientAuthentication(t *testing.T) {
 			t.Fatalf("%s: not HTTP/2: %s", sni, resp.Proto)
 		}
 		b, _ := io.ReadAll(resp.Body)
+		if loc := resp.Header.Get("Location"); loc != "" {
+			return resp.StatusCode, "location=" + loc
+		}
 		return resp.StatusCode, string(b)
 	}
 	field := func(body, name string) string {
@@ -214,6 +224,16 @@ func TestClientAuthentication(t *testing.T) {
 		// A host without verification: the fields are the client's (as
 		// ingress-nginx's), for its backend to take as such.
 		{"a host without verification", "open.example", "open.example", false, nil, 200, `["FORGED"]`},
+		// auth-tls-match-cn.
+		{"match-cn: a subject that matches", "cn.example", "cn.example", false, []tls.Certificate{good.tls()}, 200, `["SUCCESS"]`},
+		{"match-cn: a subject that does not", "cn.example", "cn.example", false, []tls.Certificate{viaInter.tls(inter)}, 403, ""},
+		{"match-cn over HTTP/2", "cn.example", "cn.example", true, []tls.Certificate{viaInter.tls(inter)}, 403, ""},
+		{"match-cn: none sent (optional), no subject", "cn.example", "cn.example", false, nil, 403, ""},
+		{"match-cn: a bad one is 400 first", "cn.example", "cn.example", false, []tls.Certificate{stranger.tls()}, 400, ""},
+		// auth-tls-error-page.
+		{"error page: none sent", "page.example", "page.example", false, nil, 302, ""},
+		{"error page over HTTP/2", "page.example", "page.example", true, []tls.Certificate{stranger.tls()}, 302, ""},
+		{"error page: a good one is served", "page.example", "page.example", false, []tls.Certificate{good.tls()}, 200, `["SUCCESS"]`},
 	} {
 		sni := tt.sni
 		if sni == "" {
@@ -229,6 +249,9 @@ func TestClientAuthentication(t *testing.T) {
 				t.Errorf("%s: ssl-client-verify %s, want %s", tt.what, got, tt.verify)
 			}
 		}
+	}
+	if _, loc := get("page.example", "page.example", false); loc != "location=https://login.example/cert?from=baton" {
+		t.Errorf("error page: %s", loc)
 	}
 	// What the backend learns: baton's fields, not the client's.
 	_, body := get("secure.example", "secure.example", false, good.tls())

@@ -29,7 +29,9 @@ type requestSender interface {
 // can serve it: routeRedirect (the rule redirects: rt's location),
 // routePreflight (a CORS preflight, which baton answers), 404
 // (no rule), 421 and 400 (the host verifies client certificates, and
-// this connection's server name or certificate does not do: checkClient),
+// this connection's server name or certificate does not do: checkClient;
+// routeCertErrorPage where the host redirects such requests, 403 where
+// the certificate's subject is not the one the host asks for),
 // 403 (the rule's Access refuses the client), routeLimited
 // (the client is over the rule's rate limit: 503), 500 (the rule's share of a backend that
 // cannot be reached, as the Gateway API asks), 413 (a body over the
@@ -39,6 +41,9 @@ func (p *Proxy) route(listener string, client netip.Addr, peer *tlsPeer, req *h1
 	*rt = routed{path: rt.path, cors: rt.cors, certEdit: certEdit{lines: rt.certEdit.lines}}
 	v, status := p.checkClient(listener, req.Authority, peer)
 	if status != 0 {
+		if status == routeCertErrorPage {
+			rt.errorPage = v.auth.errorPage
+		}
 		return nil, status
 	}
 	r := route.Request{Host: req.Authority, Path: req.MatchPath(), Method: req.Method, Query: req.Query, Fields: req}

@@ -477,6 +477,9 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 		return hc.errorResponse(413, true) // before 100 Continue: the body never comes
 	case 400, 421: // the client's certificate or server name (checkClient): another connection may do
 		return hc.errorResponse(status, true)
+	case routeCertErrorPage: // the host's error page instead of a 400
+		hc.extra = append(append(append(hc.extra[:0], "Location: "...), rt.errorPage...), "\r\nContent-Length: 0\r\n"...)
+		return hc.answer(302, hc.extra)
 	case 503:
 		hc.f.noEndpoint(rt)
 		fallthrough

@@ -179,6 +179,9 @@ func (x *h2exchange) serve() {
 	case routeLimited:
 		x.errorResponse(503)
 		return
+	case routeCertErrorPage:
+		x.certErrorPage(rt)
+		return
 	case 503:
 		x.cl.f.noEndpoint(rt)
 		fallthrough
@@ -550,6 +553,17 @@ func (x *h2exchange) redirect(rt *routed) {
 }
 
 var zero = []byte("0")
+
+// certErrorPage redirects (302) a request refused for its client
+// certificate to its host's error page.
+func (x *h2exchange) certErrorPage(rt *routed) {
+	x.entry.status = 302
+	hb := x.s.StartResponse(302)
+	x.num = append(x.num[:0], rt.errorPage...)
+	hb.AddString("location", x.num)
+	hb.AddString("content-length", zero)
+	x.s.SendHeaders(true)
+}
 
 // preflight answers a CORS preflight of a rule with CORS (204, the Allow
 // headers), as h1conn's.

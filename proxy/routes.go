@@ -42,6 +42,9 @@ type routed struct {
 	// ClientCert (clientCert); its lines a buffer kept from one request
 	// to the next.
 	certEdit certEdit
+	// errorPage is where a request refused for its client certificate
+	// is redirected (routeCertErrorPage).
+	errorPage string
 }
 
 // certEdit is a rule's request edit and the ClientCertFields lines of a
@@ -112,11 +115,13 @@ func (rt *routed) expired(now time.Time) bool {
 // routeRedirect is the status route gives a request its rule redirects;
 // routePreflight a CORS preflight, which baton answers itself (204);
 // routeLimited one over its rule's rate limit (answered 503, not counted
-// as a backend's failure).
+// as a backend's failure); routeCertErrorPage one refused for its client
+// certificate, where the host has an error page (302 to rt.errorPage).
 const (
-	routeRedirect  = -1
-	routePreflight = -2
-	routeLimited   = -3
+	routeRedirect      = -1
+	routePreflight     = -2
+	routeLimited       = -3
+	routeCertErrorPage = -4
 )
 
 // appendCORS appends to dst the CORS header lines of rt's rule, if it has

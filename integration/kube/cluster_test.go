@@ -100,12 +100,12 @@ type pod struct {
 
 // startPod runs the test backend as a pod on ip:8080 and waits until it
 // accepts connections.
-func startPod(t testing.TB, name, ip string) *pod {
+func startPod(t testing.TB, name, ip string, args ...string) *pod {
 	t.Helper()
 	if err := addAddr(ip); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(backendBin, "-http", ip+":8080", "-name", name)
+	cmd := exec.Command(backendBin, append([]string{"-http", ip + ":8080", "-name", name}, args...)...)
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

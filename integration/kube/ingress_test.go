@@ -105,6 +105,45 @@ func servedCode(addr, host, target string) int {
 	return resp.StatusCode
 }
 
+// createIngress creates Ingress ns/name of class, with one rule: host's
+// path p of type pt to Service svc's port 80; tls (nil: none) as its
+// spec.tls; and annotations, pairs of names under
+// nginx.ingress.kubernetes.io/ and values.
+func createIngress(t testing.TB, ns, class, name, host, p string, pt networkingv1.PathType, svc string, tls []networkingv1.IngressTLS, annotations ...string) {
+	t.Helper()
+	a := map[string]string{}
+	for i := 0; i+1 < len(annotations); i += 2 {
+		a["nginx.ingress.kubernetes.io/"+annotations[i]] = annotations[i+1]
+	}
+	in := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: a}, Spec: networkingv1.IngressSpec{
+		IngressClassName: &class, TLS: tls,
+		Rules: []networkingv1.IngressRule{{Host: host, IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
+			Path: p, PathType: &pt, Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: svc, Port: networkingv1.ServiceBackendPort{Number: 80}}},
+		}}}}}},
+	}}
+	if _, err := client.NetworkingV1().Ingresses(ns).Create(context.Background(), in, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// doRequest sends a request for host to url with body and the header
+// fields hdr (name, value pairs) and returns the response, its body read;
+// a failure is a response of status 0 whose Error field says why.
+func doRequest(hc *http.Client, method, url, host, body string, hdr ...string) *http.Response {
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Host = host
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return &http.Response{StatusCode: 0, Header: http.Header{"Error": {err.Error()}}, Body: http.NoBody}
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
 // An Ingress of baton's IngressClass, end to end on a real API server and
 // the real binary: its rule served (the Service's port by name, the pods
 // its EndpointSlice names), its TLS host served with its Secret's
@@ -239,19 +278,7 @@ func TestIngressAnnotations(t *testing.T) {
 	b, class := ingressBaton(t, ns, addr)
 	create := func(name, host, p string, pt networkingv1.PathType, svc string, annotations ...string) {
 		t.Helper()
-		a := map[string]string{}
-		for i := 0; i+1 < len(annotations); i += 2 {
-			a["nginx.ingress.kubernetes.io/"+annotations[i]] = annotations[i+1]
-		}
-		in := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: a}, Spec: networkingv1.IngressSpec{
-			IngressClassName: &class,
-			Rules: []networkingv1.IngressRule{{Host: host, IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
-				Path: p, PathType: &pt, Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: svc, Port: networkingv1.ServiceBackendPort{Number: 80}}},
-			}}}}}},
-		}}
-		if _, err := client.NetworkingV1().Ingresses(ns).Create(ctx, in, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createIngress(t, ns, class, name, host, p, pt, svc, nil, annotations...)
 	}
 	prefix, impl := networkingv1.PathTypePrefix, networkingv1.PathTypeImplementationSpecific
 	create("rewrite", "rw.example", "/something(/|$)(.*)", impl, "app", "rewrite-target", "/$2")
@@ -279,19 +306,7 @@ func TestIngressAnnotations(t *testing.T) {
 
 	hc := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	do := func(method, host, target string, body string, hdr ...string) *http.Response {
-		t.Helper()
-		req, _ := http.NewRequest(method, "http://"+addr+target, strings.NewReader(body))
-		req.Host = host
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return &http.Response{StatusCode: 0, Header: http.Header{"Error": {err.Error()}}, Body: http.NoBody}
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp
+		return doRequest(hc, method, "http://"+addr+target, host, body, hdr...)
 	}
 	harness.WaitFor(t, 60*time.Second, "every Ingress served by both workers", func() bool {
 		for _, h := range []string{"rw.example/something/x", "vh.example/", "cors.example/", "allowed.example/", "deny.example/", "allow.example/"} {
@@ -430,7 +445,7 @@ func TestIngressAnnotations(t *testing.T) {
 	// ssl-client-cert); a Host whose SNI named another host is 421; the
 	// CA rotated in its Secret goes live with no handoff.
 	serverCA, clientCA := certs.NewCA(t, "mtls server CA"), certs.NewCA(t, "mtls client CA")
-	srvCrt, srvKey := serverCA.Issue(t, []string{"mtls.example", "plain-tls.example"}, certs.Options{SerialNum: 21})
+	srvCrt, srvKey := serverCA.Issue(t, []string{"mtls.example", "plain-tls.example", "cn-tls.example"}, certs.Options{SerialNum: 21})
 	for _, sec := range []*corev1.Secret{
 		{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mtls"}, Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: srvCrt, corev1.TLSPrivateKeyKey: srvKey}},
 		{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "client-ca"}, Data: map[string][]byte{"ca.crt": clientCA.PEM}},
@@ -441,7 +456,9 @@ func TestIngressAnnotations(t *testing.T) {
 	}
 	create("mtls", "mtls.example", "/", prefix, "app", "auth-tls-secret", ns+"/client-ca", "auth-tls-pass-certificate-to-upstream", "true")
 	create("plaintls", "plain-tls.example", "/", prefix, "app")
-	for _, name := range []string{"mtls", "plaintls"} {
+	create("cntls", "cn-tls.example", "/", prefix, "app", "auth-tls-secret", "client-ca", "auth-tls-match-cn", "CN=(alice|carol)",
+		"auth-tls-error-page", "https://login.example/certificate")
+	for _, name := range []string{"mtls", "plaintls", "cntls"} {
 		in, err := client.NetworkingV1().Ingresses(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -458,7 +475,8 @@ func TestIngressAnnotations(t *testing.T) {
 		if cert != nil {
 			cc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
 		}
-		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cc, DisableKeepAlives: true}}
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cc, DisableKeepAlives: true},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 		req, _ := http.NewRequest("GET", "https://"+addr+target, nil)
 		req.Host = host
 		req.Header.Set("Ssl-Client-Verify", "FORGED")
@@ -468,6 +486,9 @@ func TestIngressAnnotations(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
+		if loc := resp.Header.Get("Location"); loc != "" {
+			return resp.StatusCode, loc
+		}
 		return resp.StatusCode, string(body)
 	}
 	harness.WaitFor(t, 30*time.Second, "the client-verified host served", func() bool {
@@ -489,6 +510,21 @@ func TestIngressAnnotations(t *testing.T) {
 	}
 	if code, _ := mtlsGet("plain-tls.example", "plain-tls.example", "/", nil); code != 200 {
 		t.Errorf("the host without verification, no certificate: %d", code)
+	}
+	// auth-tls-match-cn: a certificate of the CA whose subject does not
+	// match is 403 (ingress-nginx's "return 403"); auth-tls-error-page:
+	// what would be a 400 is a 302 to the page (its "error_page 495 496").
+	malCrt, malKey := clientCA.Issue(t, []string{"mallory"}, certs.Options{Client: true, SerialNum: 24})
+	mallory := certs.Pair(t, malCrt, malKey)
+	harness.WaitFor(t, 30*time.Second, "the match-cn host served", func() bool {
+		code, _ := mtlsGet("cn-tls.example", "cn-tls.example", "/", &alice)
+		return code == 200
+	})
+	if code, _ := mtlsGet("cn-tls.example", "cn-tls.example", "/", &mallory); code != 403 {
+		t.Errorf("auth-tls-match-cn CN=(alice|carol), mallory's certificate: %d, want 403", code)
+	}
+	if code, loc := mtlsGet("cn-tls.example", "cn-tls.example", "/", nil); code != 302 || loc != "https://login.example/certificate" {
+		t.Errorf("auth-tls-error-page, no certificate: %d %q, want 302 to the page", code, loc)
 	}
 	if r := do("GET", "mtls.example", "/", ""); r.StatusCode != 308 {
 		t.Errorf("plain HTTP to the client-verified host: %d, want 308 to HTTPS", r.StatusCode)

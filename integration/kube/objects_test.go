@@ -61,10 +61,16 @@ func readyPod(p *pod) podState { return podState{p: p, ready: true, serving: tru
 // port 8080.
 func writeSlice(t testing.TB, ns, svc string, pods []podState) {
 	t.Helper()
+	writeSlicePort(t, ns, svc, 8080, pods)
+}
+
+// writeSlicePort is writeSlice with the pods' target port port.
+func writeSlicePort(t testing.TB, ns, svc string, port int32, pods []podState) {
+	t.Helper()
 	s := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: svc + "-a", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080))}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(port)}},
 	}
 	for _, ps := range pods {
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{

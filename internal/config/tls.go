@@ -53,6 +53,16 @@ type ClientAuth struct {
 	// Depth bounds the certificates between the client's and the CA's
 	// (nginx's ssl_verify_depth: 1, the CA signed the client's); 0 is 1.
 	Depth int `json:"depth,omitempty"`
+	// MatchCN, when set, is a regular expression (RE2, unanchored, as
+	// nginx's ~) that a verified certificate's subject (RFC 2253, "CN=...")
+	// must match: a request of a client whose does not is refused (403),
+	// as ingress-nginx's auth-tls-match-cn does.
+	MatchCN string `json:"matchCN,omitempty"`
+	// ErrorPage, when set, is an absolute http(s) URL that a request
+	// refused for its certificate (none, or one that does not verify) is
+	// redirected to (302) instead of answered 400, as ingress-nginx's
+	// auth-tls-error-page does.
+	ErrorPage string `json:"errorPage,omitempty"`
 }
 
 // ClientAuth.Verify values, nginx's ssl_verify_client.

@@ -17,9 +17,13 @@ import (
 func main() {
 	httpAddr := flag.String("http", "127.0.0.1:9000", "HTTP address (empty: none)")
 	tcpAddr := flag.String("tcp", "", "TCP echo address (empty: none)")
+	httpsAddr := flag.String("https", "", "HTTPS address, with a self-signed certificate (empty: none)")
 	name := flag.String("name", "backend", "name returned in X-Backend")
 	flag.Parse()
 	s, err := backend.Start(*name, *httpAddr, *tcpAddr)
+	if err == nil && *httpsAddr != "" {
+		err = s.ServeTLS(*httpsAddr)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -5,9 +5,16 @@ package backend
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"strconv"
@@ -31,7 +38,11 @@ type Server struct {
 	// Fail, when set, makes every HTTP request answered 500.
 	Fail atomic.Bool
 
+	// HTTPSAddr is where ServeTLS serves the same over TLS.
+	HTTPSAddr string
+
 	http  *http.Server
+	https *http.Server
 	hln   *pausable
 	tln   net.Listener
 	wg    sync.WaitGroup
@@ -67,6 +78,31 @@ func Start(name, httpAddr, tcpAddr string) (*Server, error) {
 		s.wg.Go(func() { s.acceptTCP(ln) })
 	}
 	return s, nil
+}
+
+// ServeTLS serves the HTTP answers over TLS on addr too, with a
+// self-signed certificate (a pod that speaks HTTPS, for a proxy that does
+// not verify it). A response over it says X-Request-Scheme: https.
+func (s *Server) ServeTLS(addr string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: s.Name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("backend https: %w", err)
+	}
+	s.HTTPSAddr = ln.Addr().String()
+	s.https = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}}
+	s.wg.Go(func() { s.https.ServeTLS(ln, "", "") })
+	return nil
 }
 
 // PauseAccept stops (true) or resumes (false) taking HTTP connections: a
@@ -131,6 +167,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// request target, the Host, a forwarded prefix.
 	w.Header().Set("X-Request-Target", r.URL.RequestURI())
 	w.Header().Set("X-Request-Host", r.Host)
+	if r.TLS != nil {
+		w.Header().Set("X-Request-Scheme", "https")
+	}
 	if v := r.Header.Get("X-Forwarded-Prefix"); v != "" {
 		w.Header().Set("X-Request-Forwarded-Prefix", v)
 	}
@@ -244,9 +283,11 @@ func (s *Server) acceptTCP(ln net.Listener) {
 // SIGTERM: it stops accepting, closes idle keep-alive connections, lets
 // requests in flight finish (until ctx ends), and ends TCP streams.
 func (s *Server) Shutdown(ctx context.Context) error {
-	if s.http != nil {
-		if err := s.http.Shutdown(ctx); err != nil {
-			s.http.Close()
+	for _, hs := range []*http.Server{s.http, s.https} {
+		if hs != nil {
+			if err := hs.Shutdown(ctx); err != nil {
+				hs.Close()
+			}
 		}
 	}
 	return s.Close()
@@ -256,6 +297,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Close() error {
 	if s.http != nil {
 		s.http.Close()
+	}
+	if s.https != nil {
+		s.https.Close()
 	}
 	if s.tln != nil {
 		s.tln.Close()
