@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fixedBackend answers every request on a connection with the same small
@@ -85,14 +86,14 @@ func BenchmarkProxyKeepAlive(b *testing.B) {
 
 // BenchmarkIdleConnections measures what an idle keep-alive connection
 // costs a worker (issue 23): conns connections each make one request and
-// wait; the heap and the goroutine stacks grow by the reported bytes per
-// connection (the client's side of the sockets included: a net.Conn and
+// wait (and park); the heap and the goroutine stacks grow by the
+// reported bytes per connection (the client's side of the sockets included: a net.Conn and
 // its poller entry, a few hundred bytes).
 //
 //	go test -run '^$' -bench IdleConnections -benchtime 1x ./proxy/
 func BenchmarkIdleConnections(b *testing.B) {
 	const conns = 2000
-	_, web, _ := startProxy(b, webConfig(fixedBackend(b)))
+	p, web, _ := startProxy(b, webConfig(fixedBackend(b)))
 	var before, after runtime.MemStats
 	buf := make([]byte, 4096)
 	for range b.N {
@@ -112,6 +113,11 @@ func BenchmarkIdleConnections(b *testing.B) {
 			}
 			cs = append(cs, c)
 		}
+		// They park within parkAfter of their request.
+		for deadline := time.Now().Add(10 * time.Second); parked(p) < conns && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		b.ReportMetric(float64(parked(p)), "parked")
 		runtime.GC()
 		runtime.GC() // stacks shrink at a GC: two, as time would
 		runtime.ReadMemStats(&after)

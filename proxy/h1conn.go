@@ -113,6 +113,11 @@ type h1conn struct {
 	work upstreamWork
 	// rt is where the request being served goes.
 	rt routed
+	// idleAt is when the connection last began to wait for a request
+	// (serveInline); parked: it waits in the idle set, and this h1conn
+	// serves it no more.
+	idleAt time.Time
+	parked bool
 }
 
 // bodyState says how much of a request's body was read ahead.
@@ -124,9 +129,8 @@ const (
 	bodyPrefix                    // a prefix of a chunked body; the rest follows
 )
 
-// serve runs the connection until it closes.
+// serve runs the connection until it closes, or parks.
 func (hc *h1conn) serve() {
-	hc.closeAsked, hc.requests = false, 0
 	defer hc.finish()
 	if hc.f.proxyProtocol && !hc.readProxyHeader() {
 		return
@@ -134,8 +138,14 @@ func (hc *h1conn) serve() {
 	if hc.tls != nil && !hc.handshake() {
 		return
 	}
+	hc.serveRequests(true)
+}
+
+// serveRequests serves the connection's requests, from its first when
+// first, until it is to close or it parks (hc.parked).
+func (hc *h1conn) serveRequests(first bool) {
 	sc, _ := hc.c.(*sockConn) // plain HTTP, no PROXY header
-	for first := true; ; first = false {
+	for ; ; first = false {
 		var head []byte
 		var err error
 		if sc != nil && !first {
@@ -167,16 +177,29 @@ func (hc *h1conn) serve() {
 // returns done when the connection is to close; the head of a request
 // that needs more, parsed when hc.parsed says so, for handle; the error
 // that ended the wait for a head; or nothing, when a head came in pieces
-// (readRequestHead reads the rest, under ReadHeaderTimeout).
+// (readRequestHead reads the rest, under ReadHeaderTimeout). A connection
+// that waits longer than parkAfter for its next request is parked in the
+// frontend's idle set (done, with hc.parked): it waits there with no
+// goroutine, and another serves it once its request comes (resume).
 func (hc *h1conn) serveInline(sc *sockConn) (head []byte, done bool, err error) {
 	idle := hc.f.p.cfg.HTTP.IdleTimeout.Std()
+	wait := idle // how long a wait in the session lasts
+	if hc.f.idle != nil {
+		wait = min(idle, parkAfter)
+	}
 	// The session's wait begins with a look at the read deadline: the
 	// one the last request's head was read under may have passed while
 	// its response came (a backend slower than readHeaderTimeout), and
 	// would close the connection under the next request. What follows is
 	// idle time. (A drain's wake-up, which moves the deadline too, acts
-	// on idle connections only, and this one is still active.)
-	hc.rd.ExtendDeadline(time.Now(), idle)
+	// on idle connections only, and this one is still active.) The first
+	// request's (ReadHeaderTimeout) may be further than the wait: then
+	// the wait's.
+	now := time.Now()
+	hc.rd.ExtendDeadline(now, wait)
+	if hc.rd.Deadline().Sub(now) > wait {
+		hc.rd.SetDeadline(now.Add(wait))
+	}
 	drained := false // the last read left the socket empty
 	step := func() bool {
 		for {
@@ -186,8 +209,11 @@ func (hc *h1conn) serveInline(sc *sockConn) (head []byte, done bool, err error) 
 					// does, unless the drain closed in on us: its
 					// wake-up is looked for after the deadline moves,
 					// which would otherwise undo the one it set.
-					hc.state.Store(connIdle)
-					hc.rd.ExtendDeadline(time.Now(), idle)
+					if hc.state.Load() == connActive { // a request was served since the last wait
+						hc.idleAt = time.Now()
+						hc.state.Store(connIdle)
+					}
+					hc.rd.ExtendDeadline(time.Now(), wait)
 					if hc.state.Load() == connClosing {
 						err = os.ErrDeadlineExceeded
 						return true
@@ -236,6 +262,16 @@ func (hc *h1conn) serveInline(sc *sockConn) (head []byte, done bool, err error) 
 			// it (with Connection: close).
 			hc.activate()
 			err, drained = nil, false
+			continue
+		}
+		if isTimeout(err) && wait < idle && hc.state.Load() == connIdle && len(hc.rd.Buffered()) == 0 {
+			// Waited wait, not the idle timeout: park, or (the
+			// frontend drains, and will wake it) wait as a connection
+			// that does not park.
+			if hc.f.park(hc, sc) {
+				return nil, true, nil
+			}
+			err, drained, wait = nil, true, idle
 			continue
 		}
 		return head, done, err
@@ -1025,6 +1061,11 @@ func (hc *h1conn) headError(err error) {
 // last response before the close.
 func (hc *h1conn) finish() {
 	f := hc.f
+	if hc.parked {
+		hc.parked = false
+		f.recycle(hc)
+		return
+	}
 	if hc.c != nil {
 		// Closing with unread input resets the connection, which can
 		// destroy the last response before the client reads it: then

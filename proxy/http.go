@@ -10,6 +10,8 @@ import (
 
 	"github.com/baton-proxy/baton/proxy/h1"
 	"github.com/baton-proxy/baton/proxy/h2"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // maxIdleGoroutines bounds the goroutines a frontend keeps waiting for
@@ -46,6 +48,10 @@ type httpFrontend struct {
 	mirroring sync.WaitGroup
 	mirrored  atomic.Uint64 // copies sent
 
+	// idle holds the plain keep-alive connections idle longer than
+	// parkAfter, with no goroutine (nil: none are parked).
+	idle *idleSet
+
 	mu       sync.Mutex // protects live, h2live and draining
 	live     map[*h1conn]net.Conn
 	h2live   map[*h2.Conn]struct{}
@@ -60,6 +66,12 @@ func newHTTPFrontend(name string, p *Proxy) *httpFrontend {
 
 // serve accepts on lns until the frontend stops accepting.
 func (f *httpFrontend) serve(lns []net.Listener) {
+	if f.tls == nil && !f.proxyProtocol { // plain connections park
+		var err error
+		if f.idle, err = newIdleSet(f); err != nil {
+			f.p.log.Warn("idle connections keep their goroutines", zap.String("listener", f.name), zap.Error(err))
+		}
+	}
 	f.acc.start(f.p, f.name, lns, func(c net.Conn) {
 		hc := f.newConn(c)
 		f.conns.Add(1)
@@ -76,6 +88,29 @@ func (f *httpFrontend) newConn(c net.Conn) *h1conn {
 		tc = tls.Server(c, f.tls)
 		c = tc
 	}
+	hc := f.attach(c, tc)
+	hc.closeAsked, hc.requests = false, 0
+	return hc
+}
+
+// resume serves the connection whose socket fd the idle set held, from
+// its next request on, in a goroutine of the pool.
+func (f *httpFrontend) resume(fd int, rec *parkedConn) {
+	sc, err := acceptedSock(fd, net.TCPAddrFromAddrPort(rec.remote), rec.ln)
+	if err != nil {
+		unix.Close(fd)
+		f.closed()
+		return
+	}
+	sc.lazyNoDelay, sc.wrote = !rec.noDelay, rec.wrote
+	hc := f.attach(sc, nil)
+	hc.closeAsked, hc.requests = false, int(rec.requests)
+	defer hc.finish()
+	hc.serveRequests(false)
+}
+
+// attach gives connection c (tc: c, when TLS) an h1conn, live.
+func (f *httpFrontend) attach(c net.Conn, tc *tls.Conn) *h1conn {
 	hc, _ := f.pool.Get().(*h1conn)
 	if hc == nil {
 		hc = &h1conn{f: f, rd: h1.NewReader(c, f.p.cfg.HTTP.MaxHeaderBytes)}
@@ -98,7 +133,19 @@ func (f *httpFrontend) forget(hc *h1conn) {
 	f.mu.Lock()
 	delete(f.live, hc)
 	f.mu.Unlock()
+	f.recycle(hc)
+	f.closed()
+}
+
+// closed counts a connection of the frontend's closed.
+func (f *httpFrontend) closed() {
 	f.p.stats.conns.Add(-1)
+	f.conns.Done()
+}
+
+// recycle keeps hc, which serves no connection any more, for the next
+// one, when its buffer is small.
+func (f *httpFrontend) recycle(hc *h1conn) {
 	if hc.rd.Small() { // keep only small buffers
 		hc.c, hc.cw.c, hc.tls = nil, nil, nil
 		hc.peer.reset(nil)
@@ -106,7 +153,30 @@ func (f *httpFrontend) forget(hc *h1conn) {
 		hc.releaseBuffers()
 		f.pool.Put(hc)
 	}
-	f.conns.Done()
+}
+
+// park hands hc's connection, plain, accepted here and idle since
+// hc.idleAt with nothing buffered, to the idle set, unless the frontend
+// drains or the drain has marked hc closing. It reports whether the set
+// took it: then hc serves it no more (finish recycles hc), and the
+// connection's own descriptor is closed (the set holds a duplicate).
+func (f *httpFrontend) park(hc *h1conn, sc *sockConn) bool {
+	ac, ok := sc.Conn.(*acceptedConn)
+	if f.idle == nil || !ok || sc.fd < 0 {
+		return false
+	}
+	rec := parkedConn{requests: int32(hc.requests), until: hc.idleAt.Add(f.p.cfg.HTTP.IdleTimeout.Std()).UnixNano(),
+		remote: ac.remote.AddrPort(), ln: ac.ln, noDelay: !sc.lazyNoDelay, wrote: sc.wrote}
+	f.mu.Lock()
+	if f.draining || hc.state.Load() != connIdle || !f.idle.park(int(sc.fd), rec) {
+		f.mu.Unlock()
+		return false
+	}
+	delete(f.live, hc)
+	f.mu.Unlock()
+	hc.parked = true
+	ac.f.Close() // not sc.Close: no FIN, the socket lives on
+	return true
 }
 
 // failed logs an upstream failure once (rate-limited).
@@ -156,6 +226,9 @@ func (f *httpFrontend) drain(ctx context.Context, grace time.Duration) {
 		hc.wake(c)
 	}
 	f.mu.Unlock()
+	if f.idle != nil {
+		f.idle.closeAll() // and parks no more
+	}
 
 	done := make(chan struct{})
 	go func() {
@@ -164,6 +237,9 @@ func (f *httpFrontend) drain(ctx context.Context, grace time.Duration) {
 		shut.Wait()
 		f.mirroring.Wait()
 		f.gp.close()
+		if f.idle != nil {
+			f.idle.stop()
+		}
 		close(done)
 	}()
 	select {
@@ -189,8 +265,13 @@ func (f *httpFrontend) closeH2() {
 	}
 }
 
+// liveConns counts the frontend's connections, parked ones included.
 func (f *httpFrontend) liveConns() int {
+	n := 0
+	if f.idle != nil {
+		n = f.idle.count()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.live)
+	return n + len(f.live)
 }

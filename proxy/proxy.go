@@ -233,38 +233,68 @@ func (p *Proxy) reapIdle() {
 	every = min(every, config.DefaultBackendIdle/4)
 	tick := time.NewTicker(max(every, 50*time.Millisecond))
 	defer tick.Stop()
-	var peak int64
+	memTick := time.NewTicker(time.Second)
+	defer memTick.Stop()
+	var mw memWatch
 	for {
 		select {
 		case now := <-tick.C:
 			p.eachBackend(func(b *backend) { b.reap(now) })
-			peak = giveBack(peak, p.stats.conns.Load())
+		case <-memTick.C:
+			if mw.tick(p.stats.conns.Load()-p.parkedConns(), p.stats.accepted.Load()) {
+				runtime.GC() // the pools' buffers (sync.Pool) go at the second GC
+				debug.FreeOSMemory()
+			}
 		case <-p.stopReaper:
 			return
 		}
 	}
 }
 
-// giveBack returns the memory of connections that closed to the system
-// once they fell to half their peak, by at least giveBackConns: the
-// runtime keeps freed pages for a while (and a GC only runs when the heap
-// grows), so a worker that held 10,000 idle connections would hold their
-// memory long after; operators size by RSS. It returns the new peak.
-func giveBack(peak, conns int64) int64 {
-	if conns > peak {
-		return conns
-	}
-	if peak-conns >= giveBackConns && conns <= peak/2 {
-		runtime.GC() // the pools' buffers (sync.Pool) go at the second GC
-		debug.FreeOSMemory()
-		return conns
-	}
-	return peak
+// memWatch says when a worker should return the memory that connections
+// no longer use to the system: the runtime keeps freed pages for a while,
+// and a GC only runs when the heap grows, so a worker that served 10,000
+// connections would hold their memory long after they closed or parked
+// (operators size proxies by RSS). It says so once the active connections
+// (neither closed nor parked) fell to half their peak, by at least
+// giveBackConns; or once giveBackConns connections came since the last
+// time and none came in the last tick (a wave of connections that went
+// idle, which never makes a peak of active ones: they park at once).
+type memWatch struct {
+	peak         int64  // active connections, most since the last time
+	acceptedThen uint64 // connections accepted, the last time
+	lastAccepted uint64 // at the last tick
 }
 
-// giveBackConns is the fall in connections that makes giveBack return
-// memory: a few MiB of it.
+// giveBackConns is the change in connections that makes memWatch say so:
+// a few MiB.
 const giveBackConns = 1000
+
+// tick takes the active connections and the count of those accepted, at
+// one of the reaper's ticks, and reports whether to give memory back now.
+func (m *memWatch) tick(active int64, accepted uint64) bool {
+	quiet := accepted == m.lastAccepted
+	m.lastAccepted = accepted
+	m.peak = max(m.peak, active)
+	fell := m.peak-active >= giveBackConns && active <= m.peak/2
+	wave := accepted-m.acceptedThen >= giveBackConns && quiet
+	if !fell && !wave {
+		return false
+	}
+	m.peak, m.acceptedThen = active, accepted
+	return true
+}
+
+// parkedConns counts the connections parked in the frontends' idle sets.
+func (p *Proxy) parkedConns() int64 {
+	n := 0
+	for _, f := range p.https {
+		if f.idle != nil {
+			n += f.idle.count()
+		}
+	}
+	return int64(n)
+}
 
 func (p *Proxy) listenerConfig(name string) *config.Listener {
 	for i := range p.cfg.Listeners {

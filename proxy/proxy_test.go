@@ -435,17 +435,26 @@ func TestSendTimeoutBoundsEachWrite(t *testing.T) {
 	}
 }
 
-// A worker gives the memory of closed connections back once they fall to
-// half their peak by at least giveBackConns; small swings keep it.
+// A worker gives the memory of connections back once the active ones
+// fall to half their peak by at least giveBackConns, or once a wave of at
+// least giveBackConns new ones is over (they parked); small swings and
+// steady traffic keep it.
 func TestGiveBack(t *testing.T) {
-	peak := int64(0)
-	for _, step := range []struct {
-		conns, peak int64
+	var m memWatch
+	for i, step := range []struct {
+		active   int64
+		accepted uint64
+		give     bool
 	}{
-		{500, 500}, {10_000, 10_000}, {9_000, 10_000}, {5_001, 10_000}, {5_000, 5_000}, {2_000, 2_000}, {1_500, 2_000}, {999, 999}, {0, 999},
+		{500, 500, false}, {10_000, 10_500, false}, {9_000, 10_600, false}, {5_000, 10_700, true},
+		{4_000, 10_800, false}, {0, 10_800, true}, {0, 10_800, false},
+		// 1,200 new ones that park: a wave, given back once it is over.
+		{100, 11_300, false}, {50, 12_000, false}, {50, 12_000, true}, {50, 12_000, false},
+		// Steady traffic: never quiet.
+		{10, 13_100, false}, {10, 14_200, false}, {10, 15_300, false},
 	} {
-		if peak = giveBack(peak, step.conns); peak != step.peak {
-			t.Fatalf("at %d connections: peak %d, want %d", step.conns, peak, step.peak)
+		if got := m.tick(step.active, step.accepted); got != step.give {
+			t.Fatalf("step %d (%d active, %d accepted): give back %v, want %v", i, step.active, step.accepted, got, step.give)
 		}
 	}
 }

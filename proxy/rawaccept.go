@@ -154,18 +154,28 @@ func (l *rawListener) accept(fd uintptr) bool {
 
 // newConn wraps the descriptor accepted.
 func (l *rawListener) newConn() (net.Conn, error) {
-	remote := sockaddrTCP(&l.rsa)
-	f := os.NewFile(uintptr(l.nfd), "tcp")
+	c, err := acceptedSock(l.nfd, sockaddrTCP(&l.rsa), l.TCPListener)
+	if err != nil {
+		return nil, err
+	}
+	if l.keepAlive {
+		c.rc.Control(setKeepAlive)
+	}
+	return c, nil
+}
+
+// acceptedSock wraps fd, a connected non-blocking socket that ln accepted
+// from remote, as a sockConn waiting in the runtime's poller, TCP_NODELAY
+// not set yet.
+func acceptedSock(fd int, remote *net.TCPAddr, ln *net.TCPListener) (*sockConn, error) {
+	f := os.NewFile(uintptr(fd), "tcp")
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	if l.keepAlive {
-		rc.Control(setKeepAlive)
-	}
-	c := newSockConnRaw(&acceptedConn{f: f, rc: rc, remote: remote, ln: l.TCPListener}, rc)
-	c.lazyNoDelay = true
+	c := newSockConnRaw(&acceptedConn{f: f, rc: rc, remote: remote, ln: ln}, rc)
+	c.lazyNoDelay, c.fd = true, int32(fd)
 	return c, nil
 }
 

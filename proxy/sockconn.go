@@ -66,6 +66,9 @@ type sockConn struct {
 	// from the second on, a small write would wait for the first's ACK.
 	lazyNoDelay bool
 	wrote       bool
+
+	// fd is the socket's descriptor (-1: unknown), for an idleSet.
+	fd int32
 }
 
 // newSockConn returns c as a sockConn, or c itself when it is not plain
@@ -79,12 +82,14 @@ func newSockConn(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	return newSockConnRaw(tc, rc)
+	s := newSockConnRaw(tc, rc)
+	rc.Control(func(fd uintptr) { s.fd = int32(fd) })
+	return s
 }
 
 // newSockConnRaw returns c, whose socket rc reaches, as a sockConn.
 func newSockConnRaw(c net.Conn, rc syscall.RawConn) *sockConn {
-	s := &sockConn{Conn: c, rc: rc, sfd: -1}
+	s := &sockConn{Conn: c, rc: rc, sfd: -1, fd: -1}
 	s.readFn, s.sendFn, s.writeFn = s.read, s.sendThenRead, s.write
 	return s
 }

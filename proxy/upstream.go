@@ -276,12 +276,6 @@ func (uc *upConn) alive() bool {
 // kernel, without reading them or blocking (and regardless of deadlines).
 func pendingInput(c net.Conn) bool {
 	pending := false
-	withFD(c, func(fd uintptr) {
-		// Raw, as sockConn's: a non-blocking peek need not be announced
-		// to the scheduler (it runs at every client connection's close).
-		var b [1]byte
-		n, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-		pending = errno == 0 && n > 0
-	})
+	withFD(c, func(fd uintptr) { pending = fdPending(int(fd)) }) // at every client connection's close
 	return pending
 }

@@ -94,6 +94,9 @@ func (rd *Reader) ExtendDeadlineNear(now time.Time, timeout time.Duration) {
 	}
 }
 
+// Deadline returns the read deadline last set.
+func (rd *Reader) Deadline() time.Time { return rd.dl }
+
 // SetDeadline sets the read deadline to t.
 func (rd *Reader) SetDeadline(t time.Time) {
 	rd.dl = t

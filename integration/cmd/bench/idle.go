@@ -27,6 +27,9 @@ type idleResult struct {
 // its workers' memory while they wait, closes them, and measures it again
 // after giveBack.
 func (b *bench) idle(t target, n int, giveBack time.Duration) (idleResult, error) {
+	if l, ok := t.(interface{ maxIdle() int }); ok {
+		n = min(n, l.maxIdle())
+	}
 	res := idleResult{GiveBack: giveBack}
 	time.Sleep(time.Second) // the workers settle after start
 	workers := t.PIDs()["worker"]
@@ -58,7 +61,7 @@ func (b *bench) idle(t target, n int, giveBack time.Duration) (idleResult, error
 		c.SetDeadline(time.Time{})
 	}
 	res.Conns = len(conns)
-	time.Sleep(2 * time.Second) // what a worker does once a connection waits
+	time.Sleep(5 * time.Second) // what a worker does once its connections wait (baton: they park, and the memory goes back)
 	res.RSSIdleKiB, _ = sumProc(t.PIDs()["worker"])
 	res.BytesPerConn = float64(res.RSSIdleKiB-res.RSSBeforeKiB) * 1024 / float64(res.Conns)
 	for _, c := range conns {

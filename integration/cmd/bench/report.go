@@ -160,12 +160,13 @@ func report(r *Results) string {
 	}
 	if len(r.Idle) > 0 {
 		w("\n## 4a. Idle keep-alive connections\n\n")
-		w("%d connections that each made one HTTP/1.1 request and wait, as many clients' would: the\n", r.Settings.IdleConns)
-		w("workers' resident memory (KiB, both workers) before, while they wait, and %s after they closed.\n\n", r.Settings.IdleGiveBack)
-		w("| target | before | idle | per connection (bytes) | closed |\n|---|---|---|---|---|\n")
+		w("%d connections that each made one HTTP/1.1 request and wait, as many clients' would (HAProxy: as many as\n", r.Settings.IdleConns)
+		w("its maxconn allows under this machine's 20,000 descriptors): the workers' resident memory (KiB, both\n")
+		w("workers) before, after 5 s of waiting, and %s after they closed.\n\n", r.Settings.IdleGiveBack)
+		w("| target | connections | before | idle | per connection (bytes) | closed |\n|---|---|---|---|---|---|\n")
 		for _, n := range names {
 			if m, ok := r.Idle[n]; ok && m.Conns > 0 {
-				w("| %s | %d | %d | %.0f | %d |\n", n, m.RSSBeforeKiB, m.RSSIdleKiB, m.BytesPerConn, m.RSSClosedKiB)
+				w("| %s | %d | %d | %d | %.0f | %d |\n", n, m.Conns, m.RSSBeforeKiB, m.RSSIdleKiB, m.BytesPerConn, m.RSSClosedKiB)
 			}
 		}
 	}

@@ -396,11 +396,19 @@ func (h *haproxy) HTTPAddr() string  { return "127.0.0.1:29080" }
 func (h *haproxy) TCPAddr() string   { return "127.0.0.1:29081" }
 func (h *haproxy) HTTPSAddr() string { return "127.0.0.1:29443" }
 
+// haproxyMaxConn is the most HAProxy may take under this machine's limit
+// of 20,000 descriptors a process: it asks for two per connection and 28
+// more, and refuses to start otherwise.
+const haproxyMaxConn = 9980
+
+// maxIdle is how many idle connections the idle row can hold open.
+func (h *haproxy) maxIdle() int { return haproxyMaxConn - 20 }
+
 func (h *haproxy) Start() error {
 	cfg := fmt.Sprintf(`global
     master-worker
     nbthread 2
-    maxconn 16000
+    maxconn %[8]d
     stats socket %[1]s/admin.sock mode 600 level admin expose-fd listeners
 defaults
     mode http
@@ -424,7 +432,7 @@ frontend echo
 backend echo
     mode tcp
     server s1 %[5]s
-`, h.dir, h.HTTPAddr(), backendHTTP, h.TCPAddr(), backendTCP, h.HTTPSAddr(), h.tls.combined)
+`, h.dir, h.HTTPAddr(), backendHTTP, h.TCPAddr(), backendTCP, h.HTTPSAddr(), h.tls.combined, haproxyMaxConn)
 	path := filepath.Join(h.dir, "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err

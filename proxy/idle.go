@@ -1,0 +1,288 @@
+package proxy
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// parkAfter is how long a plain keep-alive connection waits for its next
+// request in its own goroutine before it is parked in its frontend's
+// idleSet: a wait times out after parkAfter/2 to parkAfter (the lazy
+// deadline), so a connection whose requests come close together never
+// parks, and one that sits idle soon costs next to nothing.
+const parkAfter = 100 * time.Millisecond
+
+// idleScan is how often an idleSet looks for parked connections past
+// their idle timeout: they are closed within idleScan of it.
+const idleScan = time.Second
+
+// idleSet holds an http frontend's plain keep-alive connections that have
+// waited for their next request longer than parkAfter, as nginx holds its
+// idle connections in its event loop: no goroutine, no h1conn, no buffer,
+// not even a sockConn or an *os.File. A parked connection's socket is a
+// duplicate descriptor that only the set's own epoll instance watches
+// (the original, which the runtime's poller watched, is closed), and what
+// the connection needs to go on is a parkedConn in a slice indexed by that
+// descriptor: a parked connection costs no allocation at all
+// (docs/design.md, "What an idle connection costs").
+//
+// When input arrives, or the client closes, the set hands the socket to a
+// goroutine of the frontend's pool, which wraps it again and serves it as
+// any connection (resume). At its idle timeout a parked connection is
+// closed; a drain closes those still parked after its grace (closeAll).
+// Either serves instead a request that is arriving at that moment, as the
+// drain's wake-up of an unparked idle connection does.
+//
+// The epoll instance is itself waited on in the runtime's poller (an epoll
+// descriptor is readable while it has events), by one goroutine, run: no
+// thread is held by the wait.
+type idleSet struct {
+	f    *httpFrontend
+	epfd int
+	ep   *os.File // epfd, as the runtime's poller waits on it
+	rc   syscall.RawConn
+
+	// run's: the last wait's events, and the connections they woke.
+	events [128]unix.EpollEvent
+	woken  []woken
+	waitFn func(uintptr) bool
+	done   chan struct{} // closed when run returns
+
+	mu     sync.Mutex   // protects the fields below
+	byFD   []parkedConn // by descriptor; seq 0: none
+	n      int          // how many are parked
+	seq    uint32       // numbers each park, so that a stale event is known
+	closed bool         // no more parks (closeAll, stop)
+}
+
+// parkedConn is what a parked connection's next h1conn needs.
+type parkedConn struct {
+	seq      uint32 // the park's number; 0: the slot is free
+	requests int32  // served so far (maxRequestsPerConnection)
+	until    int64  // its idle timeout, in Unix nanoseconds
+	remote   netip.AddrPort
+	ln       *net.TCPListener // it was accepted on (LocalAddr)
+	// What sockConn knew of TCP_NODELAY: set already, or not yet and
+	// the connection has written once.
+	noDelay, wrote bool
+}
+
+// woken is a connection taken out of the set to be served or closed: its
+// socket and its record; hup: the client closed its side (or the socket
+// failed).
+type woken struct {
+	fd  int
+	rec parkedConn
+	hup bool
+}
+
+// newIdleSet makes f's idle set and starts its goroutine.
+func newIdleSet(f *httpFrontend) (*idleSet, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("idle connections: epoll_create1: %w", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("idle connections: %w", err)
+	}
+	ep := os.NewFile(uintptr(epfd), "idle-epoll") // non-blocking: pollable
+	rc, err := ep.SyscallConn()
+	if err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("idle connections: %w", err)
+	}
+	s := &idleSet{f: f, epfd: epfd, ep: ep, rc: rc, done: make(chan struct{})}
+	s.waitFn = s.collect
+	go s.run()
+	return s, nil
+}
+
+// park takes the socket fd of an idle connection with nothing buffered
+// and nothing unsent, as a duplicate that only the set watches, until
+// input arrives or until rec.until. It reports whether it took it (not
+// once closing); the caller then closes its own descriptor (the socket
+// lives on in the duplicate) and forgets the connection.
+func (s *idleSet) park(fd int, rec parkedConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	s.seq++
+	if s.seq == 0 {
+		s.seq++
+	}
+	rec.seq = s.seq
+	// Added under the lock, so that an event (due at once when input
+	// came meanwhile: epoll reports it) finds the record. One event, then
+	// the descriptor is off until it is deleted (EPOLLONESHOT).
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(dup), Pad: int32(rec.seq)}
+	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_ADD, dup, &ev); err != nil {
+		unix.Close(dup)
+		return false
+	}
+	if dup >= len(s.byFD) {
+		s.byFD = append(s.byFD, make([]parkedConn, dup+1-len(s.byFD)+len(s.byFD)/2)...)
+	}
+	s.byFD[dup] = rec
+	s.n++
+	return true
+}
+
+// count is how many connections are parked.
+func (s *idleSet) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+// take removes the connection parked on fd, if its park is seq (0: any),
+// and returns its record; false when there is none. mu held.
+func (s *idleSet) take(fd int, seq uint32) (parkedConn, bool) {
+	if fd < 0 || fd >= len(s.byFD) {
+		return parkedConn{}, false
+	}
+	rec := s.byFD[fd]
+	if rec.seq == 0 || seq != 0 && rec.seq != seq {
+		return parkedConn{}, false
+	}
+	s.byFD[fd] = parkedConn{}
+	s.n--
+	return rec, true
+}
+
+// run waits for the parked connections' input, and every idleScan for
+// their idle timeouts, until the set stops.
+func (s *idleSet) run() {
+	defer close(s.done)
+	for {
+		s.ep.SetReadDeadline(time.Now().Add(idleScan))
+		err := s.rc.Read(s.waitFn)
+		for i, w := range s.woken {
+			s.woken[i] = woken{}
+			if w.hup {
+				s.end(w) // most often nothing to serve: closed here, no goroutine
+			} else {
+				s.wake(w)
+			}
+		}
+		s.woken = s.woken[:0]
+		switch {
+		case err == nil:
+		case isTimeout(err):
+			s.expire(time.Now())
+		default:
+			return // stopped
+		}
+	}
+}
+
+// collect takes the events due, without waiting; false means "none yet:
+// wait".
+func (s *idleSet) collect(uintptr) bool {
+	var n int
+	for {
+		var err error
+		n, err = unix.EpollWait(s.epfd, s.events[:], 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if n <= 0 {
+		return false
+	}
+	s.mu.Lock()
+	for _, ev := range s.events[:n] {
+		if rec, ok := s.take(int(ev.Fd), uint32(ev.Pad)); ok {
+			hup := ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
+			s.woken = append(s.woken, woken{int(ev.Fd), rec, hup})
+		}
+	}
+	s.mu.Unlock()
+	return true
+}
+
+// wake takes w's socket out of the epoll instance and serves it in a
+// goroutine of the frontend's pool.
+func (s *idleSet) wake(w woken) {
+	unix.EpollCtl(s.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
+	s.f.gp.Go(func() { s.f.resume(w.fd, &w.rec) })
+}
+
+// expire ends the connections whose idle timeout has passed.
+func (s *idleSet) expire(now time.Time) {
+	t := now.UnixNano()
+	var due []woken
+	s.mu.Lock()
+	for fd := range s.byFD {
+		if rec := &s.byFD[fd]; rec.seq != 0 && rec.until <= t {
+			r, _ := s.take(fd, 0)
+			due = append(due, woken{fd: fd, rec: r})
+		}
+	}
+	s.mu.Unlock()
+	for _, w := range due {
+		s.end(w)
+	}
+}
+
+// end closes w's connection, taken out of the set, unless a request of
+// its client is there to be read: that one is served (with Connection:
+// close, when the worker drains).
+func (s *idleSet) end(w woken) {
+	if fdPending(w.fd) {
+		s.wake(w)
+		return
+	}
+	unix.EpollCtl(s.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
+	unix.Close(w.fd) // no input unread: a FIN, not a reset
+	s.f.closed()
+}
+
+// closeAll ends the set: it parks no more, and ends what it holds. The
+// drain calls it once its grace is over, as it wakes the idle connections
+// that are not parked.
+func (s *idleSet) closeAll() {
+	s.mu.Lock()
+	s.closed = true
+	var all []woken
+	for fd := range s.byFD {
+		if s.byFD[fd].seq != 0 {
+			r, _ := s.take(fd, 0)
+			all = append(all, woken{fd: fd, rec: r})
+		}
+	}
+	s.mu.Unlock()
+	for _, w := range all {
+		s.end(w)
+	}
+}
+
+// stop ends what is parked and the set's goroutine.
+func (s *idleSet) stop() {
+	s.closeAll()
+	s.ep.Close()
+	<-s.done
+}
+
+// fdPending reports whether socket fd has input to read. Raw, as
+// sockConn's reads: a non-blocking peek need not be announced to the
+// scheduler.
+func fdPending(fd int) bool {
+	var b [1]byte
+	n, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	return errno == 0 && n > 0
+}

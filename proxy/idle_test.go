@@ -1,0 +1,197 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// parked counts the connections p's idle sets hold.
+func parked(p *Proxy) int {
+	n := 0
+	for _, f := range p.https {
+		if f.idle != nil {
+			n += f.idle.count()
+		}
+	}
+	return n
+}
+
+func okBackend(t *testing.T) *httptest.Server {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(be.Close)
+	return be
+}
+
+// A keep-alive connection idle longer than parkAfter waits in its
+// frontend's idle set, with no goroutine (issue 23: an idle connection
+// costs what it costs nginx); its next request is served as any, and it
+// parks again after it. A connection keeps its request count across
+// parks (http.maxRequestsPerConnection, nginx's keepalive_requests).
+func TestIdleConnectionsPark(t *testing.T) {
+	const n = 20
+	cfg := strings.Replace(webConfig(hostOf(okBackend(t))), "http:\n", "http:\n  maxRequestsPerConnection: 3\n", 1)
+	p, web, _ := startProxy(t, cfg)
+	type client struct {
+		c  net.Conn
+		br *bufio.Reader
+	}
+	var cs []client
+	for range n {
+		c, br := dialWeb(t, web)
+		if resp := rawGet(t, c, br); resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("first request: %d, close %v", resp.StatusCode, resp.Close)
+		}
+		cs = append(cs, client{c, br})
+	}
+	waitUntil(t, "every idle connection parked", func() bool { return parked(p) == n })
+	f := p.https[0]
+	f.mu.Lock()
+	live := len(f.live)
+	f.mu.Unlock()
+	if live != 0 {
+		t.Errorf("%d connections still served by an h1conn (a goroutine) once parked", live)
+	}
+	if got := p.stats.conns.Load(); got != n {
+		t.Errorf("connections counted: %d, want %d (parked ones are connections)", got, n)
+	}
+	for round := 2; round <= 3; round++ {
+		for i, cl := range cs {
+			resp := rawGet(t, cl.c, cl.br)
+			if resp.StatusCode != 200 || resp.Close != (round == 3) {
+				t.Fatalf("connection %d, request %d after a park: %d, close %v", i, round, resp.StatusCode, resp.Close)
+			}
+		}
+		if round == 2 {
+			waitUntil(t, "parked again", func() bool { return parked(p) == n })
+		}
+	}
+	for i, cl := range cs {
+		if _, err := cl.br.ReadByte(); err != io.EOF {
+			t.Fatalf("connection %d after its last request: %v, want EOF", i, err)
+		}
+	}
+	waitUntil(t, "the connections gone", func() bool { return parked(p) == 0 && p.stats.conns.Load() == 0 })
+}
+
+// A parked connection whose client closes is closed, and no longer
+// counted; one whose request arrives in pieces is served once the head is
+// whole; pipelined requests that wake it are all answered.
+func TestParkedConnectionInput(t *testing.T) {
+	p, web, _ := startProxy(t, webConfig(hostOf(okBackend(t))))
+	gone, gbr := dialWeb(t, web)
+	pieces, pbr := dialWeb(t, web)
+	piped, qbr := dialWeb(t, web)
+	for _, c := range []struct {
+		c  net.Conn
+		br *bufio.Reader
+	}{{gone, gbr}, {pieces, pbr}, {piped, qbr}} {
+		rawGet(t, c.c, c.br)
+	}
+	waitUntil(t, "three parked", func() bool { return parked(p) == 3 })
+	gone.Close()
+	waitUntil(t, "the closed one gone", func() bool { return parked(p) == 2 && p.stats.conns.Load() == 2 })
+
+	io.WriteString(pieces, "GET / HTTP/1.1\r\n")
+	waitUntil(t, "woken by a piece of a head", func() bool { return parked(p) == 1 })
+	io.WriteString(pieces, "Host: x\r\n\r\n")
+	if resp, err := http.ReadResponse(pbr, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a head in pieces after a park: %v %v", resp, err)
+	}
+	io.WriteString(piped, "GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\n\r\n")
+	for i := range 2 {
+		resp, err := http.ReadResponse(qbr, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("pipelined request %d after a park: %v %v", i, resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+	}
+}
+
+// A parked connection is closed at its idle timeout (http.idleTimeout,
+// nginx's keepalive_timeout), as one that waits in its goroutine is.
+func TestParkedConnectionTimesOut(t *testing.T) {
+	cfg := strings.Replace(webConfig(hostOf(okBackend(t))), "http:\n", "http:\n  idleTimeout: 2s\n", 1)
+	p, web, _ := startProxy(t, cfg)
+	c, br := dialWeb(t, web)
+	rawGet(t, c, br)
+	start := time.Now()
+	waitUntil(t, "parked", func() bool { return parked(p) == 1 })
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("a parked connection at its idle timeout: %v, want EOF", err)
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Errorf("closed %s after its request, before its idle timeout (2s)", d)
+	}
+	waitUntil(t, "not counted", func() bool { return parked(p) == 0 && p.stats.conns.Load() == 0 })
+}
+
+// A drain closes parked connections after its grace, as it closes idle
+// ones (TestDrainClosesKeepAliveConnectionsSafely); a request on a parked
+// connection during the grace is answered, with Connection: close.
+func TestDrainClosesParkedConnections(t *testing.T) {
+	p, web, _ := startProxy(t, webConfig(hostOf(okBackend(t))))
+	idle, ibr := dialWeb(t, web)
+	asks, abr := dialWeb(t, web)
+	rawGet(t, idle, ibr)
+	rawGet(t, asks, abr)
+	waitUntil(t, "both parked", func() bool { return parked(p) == 2 })
+
+	drained := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p.Drain(ctx, false)
+		close(drained)
+	}()
+	waitDraining(t, p)
+	if resp := rawGet(t, asks, abr); resp.StatusCode != 200 || !resp.Close {
+		t.Errorf("a parked connection's request while draining: %d, close %v; want 200 with Connection: close", resp.StatusCode, resp.Close)
+	}
+	for name, br := range map[string]*bufio.Reader{"idle": ibr, "asked": abr} {
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Errorf("the %s connection: %v, want EOF", name, err)
+		}
+	}
+	select {
+	case <-drained:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Drain did not return once the parked connections were gone")
+	}
+}
+
+// Many connections park and wake at once: each request is answered on
+// its own connection (no connection answers for another's client).
+func TestParkedConnectionsAnswerTheirOwn(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) }))
+	t.Cleanup(be.Close)
+	p, web, _ := startProxy(t, webConfig(hostOf(be)))
+	const n = 200
+	conns := make([]net.Conn, n)
+	brs := make([]*bufio.Reader, n)
+	for i := range n {
+		conns[i], brs[i] = dialWeb(t, web)
+		rawGet(t, conns[i], brs[i])
+	}
+	waitUntil(t, "all parked", func() bool { return parked(p) == n })
+	for i := range n {
+		fmt.Fprintf(conns[i], "GET /c%d HTTP/1.1\r\nHost: x\r\n\r\n", i)
+	}
+	for i := range n {
+		resp, err := http.ReadResponse(brs[i], nil)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if want := fmt.Sprintf("/c%d", i); string(b) != want {
+			t.Fatalf("connection %d got %q, want %q", i, b, want)
+		}
+	}
+}
