@@ -33,7 +33,11 @@ func (a *acceptor) start(p *Proxy, name string, lns []net.Listener, handle func(
 	a.lns = lns
 	a.handle = func(c net.Conn) {
 		p.stats.accepted.Add(1)
-		p.stats.conns.Add(1)
+		if p.stats.conns.Add(1) > p.maxConns {
+			p.stats.conns.Add(-1)
+			p.refuse(name, c)
+			return
+		}
 		handle(c)
 	}
 	for _, ln := range lns {

@@ -195,3 +195,26 @@ func TestParkedConnectionsAnswerTheirOwn(t *testing.T) {
 		}
 	}
 }
+
+// Parked connections count toward http.maxConnections: with two parked,
+// a third is closed at accept, counted, and the parked ones serve on.
+func TestParkedConnectionsCountTowardTheLimit(t *testing.T) {
+	cfg := strings.Replace(webConfig(hostOf(okBackend(t))), "http:\n", "http:\n  maxConnections: 2\n", 1)
+	p, web, _ := startProxy(t, cfg)
+	a, abr := dialWeb(t, web)
+	b, bbr := dialWeb(t, web)
+	rawGet(t, a, abr)
+	rawGet(t, b, bbr)
+	waitUntil(t, "both parked", func() bool { return parked(p) == 2 })
+	c, cbr := dialWeb(t, web)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, err := http.ReadResponse(cbr, nil); err == nil {
+		t.Fatalf("a third connection over maxConnections 2: %d", resp.StatusCode)
+	}
+	if n := p.stats.refused.Load(); n != 1 {
+		t.Errorf("refused: %d, want 1", n)
+	}
+	if resp := rawGet(t, a, abr); resp.StatusCode != 200 {
+		t.Errorf("a parked connection after the refusal: %d", resp.StatusCode)
+	}
+}

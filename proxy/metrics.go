@@ -16,6 +16,7 @@ const (
 	metricTLSHandshakes    = "baton_tls_handshakes_total"
 	metricTLSErrors        = "baton_tls_handshake_errors_total"
 	metricProxyProtoErrors = "baton_proxy_protocol_errors_total"
+	metricConnsRefused     = "baton_connections_refused_total"
 )
 
 // classHistograms are the request durations of one listener and backend,
@@ -29,6 +30,7 @@ type listenerMetrics struct {
 	requests                 map[string]*classHistograms
 	tlsHandshakes, tlsErrors atomic.Uint64
 	proxyProtocolErrors      atomic.Uint64
+	refused                  atomic.Uint64 // connections closed at accept: http.maxConnections
 	tls                      bool
 	failures                 *atomic.Uint64 // the worker's count of 5xx answers
 }
@@ -90,6 +92,7 @@ func (p *Proxy) series() []metrics.Series {
 		if lc.ProxyProtocol {
 			out = append(out, metrics.Series{Name: metricProxyProtoErrors, Labels: []string{"listener", lc.Name}, Value: m.proxyProtocolErrors.Load()})
 		}
+		out = append(out, metrics.Series{Name: metricConnsRefused, Labels: []string{"listener", lc.Name}, Value: m.refused.Load()})
 	}
 	p.eachBackend(func(b *backend) {
 		if b.connectTime.Count() > 0 {

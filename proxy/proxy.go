@@ -26,6 +26,7 @@ import (
 	"github.com/baton-proxy/baton/proxy/kube"
 	"github.com/baton-proxy/baton/proxy/route"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // Proxy is one worker's proxy.
@@ -93,8 +94,12 @@ type Proxy struct {
 	access *accessLog
 	// trusted are the trusted proxies' addresses.
 	trusted []netip.Prefix
-	// badHeaders logs connections refused for their PROXY header.
-	badHeaders everySecond
+	// badHeaders logs connections refused for their PROXY header;
+	// overLimit those refused for maxConns.
+	badHeaders, overLimit everySecond
+	// maxConns is http.maxConnections: the most client connections the
+	// worker holds at once.
+	maxConns int64
 	// listenerMetrics are each listener's request, TLS and PROXY
 	// protocol metrics; built by New, read-only after.
 	listenerMetrics map[string]*listenerMetrics
@@ -104,6 +109,9 @@ type Proxy struct {
 type counters struct {
 	conns    atomic.Int64
 	accepted atomic.Uint64
+	// refused counts connections closed at accept: the worker had
+	// maxConns already.
+	refused  atomic.Uint64
 	requests atomic.Uint64
 	errors   atomic.Uint64
 	// tlsHandshakeErrors counts failed TLS handshakes.
@@ -121,6 +129,11 @@ func New(cfg *config.Config, log *zap.Logger) *Proxy {
 	p := &Proxy{cfg: cfg, log: log, backends: make(map[string]*backend), changed: make(chan struct{}, 1), stopReaper: make(chan struct{})}
 	p.fails.log = log
 	p.badHeaders.log = log
+	p.overLimit.log = log
+	p.maxConns = int64(cfg.HTTP.MaxConnections)
+	if p.maxConns == 0 {
+		p.maxConns = defaultMaxConns()
+	}
 	for _, s := range cfg.TrustedProxies {
 		if pfx, err := config.ParsePrefix(s); err == nil { // validated
 			p.trusted = append(p.trusted, pfx)
@@ -407,6 +420,30 @@ func (p *Proxy) isTrusted(a netip.Addr) bool {
 // closed for its PROXY protocol header. The usual cause is a listener with
 // proxyProtocol: true behind a balancer that does not send one, or a
 // client that reached it directly.
+// defaultMaxConns is http.maxConnections' default: RLIMIT_NOFILE (the
+// soft limit, which Go raises to the hard one at start) less a tenth of
+// it, at least 64, for upstream connections, listeners and files.
+func defaultMaxConns() int64 {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == unix.RLIM_INFINITY || rl.Cur > 1<<30 {
+		return 1 << 30
+	}
+	n := int64(rl.Cur)
+	return max(n-max(64, n/10), 1)
+}
+
+// refuse closes c, accepted on listener beyond the worker's
+// http.maxConnections, and counts it.
+func (p *Proxy) refuse(listener string, c net.Conn) {
+	p.stats.refused.Add(1)
+	if m := p.listenerMetrics[listener]; m != nil {
+		m.refused.Add(1)
+	}
+	c.Close()
+	p.overLimit.warn("connection refused: http.maxConnections reached", zap.String("listener", listener),
+		zap.Int64("maxConnections", p.maxConns))
+}
+
 func (p *Proxy) badProxyHeader(listener string, c net.Conn, err error) {
 	p.stats.proxyProtocolErrors.Add(1)
 	if m := p.listenerMetrics[listener]; m != nil {

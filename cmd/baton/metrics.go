@@ -82,6 +82,7 @@ var seriesHelp = map[string]string{
 	"baton_tls_handshakes_total":               "TLS handshakes on a listener, failed ones included.",
 	"baton_tls_handshake_errors_total":         "TLS handshakes on a listener that failed.",
 	"baton_proxy_protocol_errors_total":        "Connections on a listener closed for a missing or malformed PROXY protocol header.",
+	"baton_connections_refused_total":          "Connections on a listener closed at accept: the worker held http.maxConnections already.",
 }
 
 // statusMetrics puts one status on p.

@@ -205,6 +205,14 @@ type HTTP struct {
 	// naming it. It bounds what one connection can make baton do, however
 	// its streams end. Default DefaultMaxRequestsPerConnection.
 	MaxRequestsPerConnection int `json:"maxRequestsPerConnection,omitempty"`
+	// MaxConnections bounds each worker's client connections, of every
+	// listener (nginx's worker_connections, HAProxy's maxconn): one
+	// accepted beyond it is closed at once and counted
+	// (baton_connections_refused_total); connections already admitted
+	// are never failed for it. Default (0): the worker's limit of open
+	// descriptors (RLIMIT_NOFILE) less a tenth of it (at least 64), kept
+	// for upstream connections and files.
+	MaxConnections int `json:"maxConnections,omitempty"`
 }
 
 // Listener is one listening address.

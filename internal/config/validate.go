@@ -77,6 +77,9 @@ func (c *Config) validate(offline bool) error {
 	if c.HTTP.MaxHeaderBytes < 1024 {
 		bad("http.maxHeaderBytes must be at least 1024, not %d", c.HTTP.MaxHeaderBytes)
 	}
+	if c.HTTP.MaxConnections < 0 {
+		bad("http.maxConnections must be 0 (from the descriptor limit) or more, not %d", c.HTTP.MaxConnections)
+	}
 	if c.HTTP.MaxRequestsPerConnection < 1 {
 		bad("http.maxRequestsPerConnection must be at least 1, not %d", c.HTTP.MaxRequestsPerConnection)
 	}
