@@ -401,7 +401,7 @@ func probeHTTP(addr, path string) int {
 func writeAttacks(path string, names []string, results map[string]map[string]*attackResult) error {
 	var w strings.Builder
 	w.WriteString(attacksBegin + "\n\n")
-	fmt.Fprintf(&w, "Measured %s on %s (%s), with `make attacks`.\n\n", time.Now().UTC().Format("2006-01-02"), machine()["cpu"], machine()["nginx"])
+	fmt.Fprintf(&w, "Measured %s on %s (%s), with `make attacks`.\n\n", time.Now().UTC().Format("2006-01-02"), machine("")["cpu"], machine("")["nginx"])
 	w.WriteString("| attack | source | target | requests sent | reached the backend | most at the backend at once | the target ended the connections | worker descriptors: peak / 1 s after (above idle) | worker memory growth | worker CPU |\n")
 	w.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, at := range attacks() {

@@ -192,6 +192,9 @@ func (b *bench) speedRows() []row {
 		}},
 		b.loadRow("newConn", httpAddr, "-newconn", c),
 		{key: "tcp", run: func(t target, d time.Duration) (*turn, error) {
+			if t.TCPAddr() == "" {
+				return nil, nil // no TCP proxying (Caddy)
+			}
 			res, err := b.loadgen("-tcp", t.TCPAddr(), "-tcp-streams", c, "-stream-life", "1h", "-stream-interval", "-1ns", "-duration", d.String())
 			if err != nil {
 				return nil, err

@@ -74,7 +74,8 @@ func main() {
 	raw := flag.String("json", "docs/benchmarks.json", "raw results")
 	bin := flag.String("bin", "bin", "folder with baton and loadgen")
 	quick := flag.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "a short run (BENCH_QUICK=1)")
-	only := flag.String("targets", "direct,baton,nginx,haproxy", "targets to measure")
+	only := flag.String("targets", "direct,baton,nginx,haproxy,caddy", "targets to measure")
+	caddyBin := flag.String("caddy", ".cache/caddybin/caddy", "Caddy's binary (scripts/caddybin.sh)")
 	speedOnly := flag.Bool("speed-only", false, "measure throughput and latency only (for profiling; the report lacks the rest)")
 	rerender := flag.Bool("report-only", false, "measure nothing: write the report of the raw results in -json anew (after the report's text changed)")
 	phases := flag.String("phases", "speed,tls,rsa,accesslog,targets,idle,timeline", "what to measure: throughput (speed), the TLS rows (tls), full RSA handshakes (rsa), the access log's cost, each target's reloads and memory (targets), idle keep-alive connections' memory (idle), baton's handoff timeline")
@@ -107,9 +108,10 @@ func main() {
 	}
 	defer os.RemoveAll(work)
 	absBin, _ := filepath.Abs(*bin)
-	r := &bench{bin: absBin, work: work, s: s, res: &Results{
+	absCaddy, _ := filepath.Abs(*caddyBin)
+	r := &bench{bin: absBin, caddy: absCaddy, work: work, s: s, res: &Results{
 		Started:  time.Now().UTC(),
-		Machine:  machine(),
+		Machine:  machine(absCaddy),
 		Command:  "make bench" + map[bool]string{true: " BENCH_QUICK=1", false: ""}[*quick],
 		Settings: s,
 		Handoffs: map[string]handoffRun{},
@@ -237,6 +239,7 @@ func (r *Results) dropHistograms() {
 
 type bench struct {
 	bin, work string
+	caddy     string // Caddy's binary
 	s         settings
 	res       *Results
 	certs     map[string]tlsFiles // by key type: ecdsa, rsa
@@ -266,6 +269,8 @@ func (b *bench) newTarget(name string, workers int) target {
 		return &nginx{dir: dir, tls: files, defaults: b.defaults}
 	case "haproxy":
 		return &haproxy{dir: dir, tls: files}
+	case "caddy":
+		return &caddy{dir: dir, bin: b.caddy, tls: files}
 	}
 	return direct{}
 }
@@ -329,7 +334,7 @@ func (b *bench) loadgen(args ...string) (*load.Result, error) {
 	return &res, nil
 }
 
-func machine() map[string]string {
+func machine(caddyBin string) map[string]string {
 	m := map[string]string{"cpus": fmt.Sprint(runtime.NumCPU()), "go": runtime.Version()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
@@ -347,6 +352,9 @@ func machine() map[string]string {
 	}
 	if out, err := exec.Command("/usr/sbin/haproxy", "-v").Output(); err == nil {
 		m["haproxy"] = strings.Fields(string(out))[2]
+	}
+	if out, err := exec.Command(caddyBin, "version").Output(); err == nil {
+		m["caddy"] = strings.Fields(string(out) + " ?")[0]
 	}
 	if out, err := exec.Command("wrk", "-v").CombinedOutput(); err == nil || len(out) > 0 {
 		m["wrk"] = strings.Fields(string(out) + " ? ?")[1]

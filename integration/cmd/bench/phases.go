@@ -27,8 +27,17 @@ type handoffRun struct {
 
 // handoffs runs mixed load while reloading the target every ReloadEvery.
 func (b *bench) handoffs(t target) (handoffRun, error) {
-	return b.reloadUnderLoad(t, b.s.HandoffRun, "-http", t.HTTPAddr(), "-tcp", t.TCPAddr(),
-		"-keepalive", "8", "-newconn", "4", "-post", "4", "-tcp-streams", "4", "-stream-life", "2s", "-retry")
+	args := append([]string{"-http", t.HTTPAddr(), "-keepalive", "8", "-newconn", "4", "-post", "4", "-retry"}, tcpArgs(t, "4", "2s")...)
+	return b.reloadUnderLoad(t, b.s.HandoffRun, args...)
+}
+
+// tcpArgs are loadgen's arguments for streams TCP echo streams of life
+// each to t, none when t proxies no TCP (Caddy).
+func tcpArgs(t target, streams, life string) []string {
+	if t.TCPAddr() == "" {
+		return nil
+	}
+	return []string{"-tcp", t.TCPAddr(), "-tcp-streams", streams, "-stream-life", life}
 }
 
 // reloadUnderLoad runs loadgen with args for run while reloading the
@@ -274,7 +283,7 @@ func (b *bench) memory(t target) (memResult, error) {
 	m.WorkerRSSIdleKiB, m.WorkerFDsIdle = avgProc(pids["worker"])
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.loadgen("-http", t.HTTPAddr(), "-keepalive", strconv.Itoa(b.s.Concurrency), "-tcp", t.TCPAddr(), "-tcp-streams", "8", "-stream-life", "1h", "-duration", "4s")
+		_, err := b.loadgen(append([]string{"-http", t.HTTPAddr(), "-keepalive", strconv.Itoa(b.s.Concurrency), "-duration", "4s"}, tcpArgs(t, "8", "1h")...)...)
 		done <- err
 	}()
 	time.Sleep(3 * time.Second)

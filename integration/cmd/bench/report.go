@@ -42,11 +42,13 @@ func report(r *Results) string {
 	w("(`integration/cmd/loadgen`, HTTP/1.1 on raw connections, never retrying on its own).\n")
 	w("The machine is shared and noisy: compare targets within this run (the ratios), not with\n")
 	w("another run.\n\n")
-	w("Machine: %s × %s, %s, Linux %s, %s; nginx %s, HAProxy %s, wrk %s.\n\n",
-		r.Machine["cpus"], r.Machine["cpu"], r.Machine["memory"], r.Machine["kernel"], r.Machine["go"], r.Machine["nginx"], r.Machine["haproxy"], r.Machine["wrk"])
+	w("Machine: %s × %s, %s, Linux %s, %s; nginx %s, HAProxy %s, Caddy %s, wrk %s.\n\n",
+		r.Machine["cpus"], r.Machine["cpu"], r.Machine["memory"], r.Machine["kernel"], r.Machine["go"], r.Machine["nginx"], r.Machine["haproxy"], r.Machine["caddy"], r.Machine["wrk"])
 	w("Configurations: 2 workers for each proxy (baton `workers: 2` with `reusePort`, nginx\n")
 	w("`worker_processes 2` with upstream keepalive, HAProxy `nbthread 2` in master-worker mode with\n")
-	w("`expose-fd listeners` and `http-reuse always`). See `integration/cmd/bench/targets.go`.\n\n")
+	w("`expose-fd listeners` and `http-reuse always`; Caddy, the Go peer, one process with its\n")
+	w("defaults, a Caddyfile reloaded in place by `caddy reload`, and no TCP rows: it proxies no raw\n")
+	w("TCP without a plugin). See `integration/cmd/bench/targets.go`.\n\n")
 	if len(r.Errors) > 0 {
 		w("**Errors during the run:**\n\n")
 		for _, e := range r.Errors {
@@ -54,7 +56,7 @@ func report(r *Results) string {
 		}
 		w("\n")
 	}
-	names := []string{"baton", "nginx", "haproxy"}
+	names := []string{"baton", "nginx", "haproxy", "caddy"}
 
 	w("## 1. Reloads under load\n\n")
 	w("%s of load: 8 keep-alive GET clients, 4 new-connection GET clients, 4 keep-alive POST\n", r.Settings.HandoffRun)
@@ -115,7 +117,7 @@ func report(r *Results) string {
 	w("\nbaton as a ratio of its peers (req/s: higher is better; p99: lower is better):\n\n")
 	w("| vs | keep-alive req/s | keep-alive p99 | wrk req/s | new-conn req/s | TCP echoes/s |\n|---|---|---|---|---|---|\n")
 	bs, ok := r.Speed["baton"]
-	for _, n := range []string{"nginx", "haproxy", "direct"} {
+	for _, n := range []string{"nginx", "haproxy", "caddy", "direct"} {
 		ps, ok2 := r.Speed[n]
 		if !ok || !ok2 || bs.KeepAlive == nil || ps.KeepAlive == nil {
 			continue
@@ -426,7 +428,7 @@ func tlsReport(r *Results, names []string) string {
 	w("| vs | full ECDSA | full RSA | full RSA, OpenSSL build | resumed | keep-alive | keep-alive p99 | HTTP/2 |\n|---|---|---|---|---|---|---|---|\n")
 	bt := r.TLS["baton"]
 	rps := func(x *load.Result) float64 { return x.RPS() }
-	for _, n := range []string{"nginx", "haproxy"} {
+	for _, n := range []string{"nginx", "haproxy", "caddy"} {
 		p, ok := r.TLS[n]
 		if !ok {
 			continue
@@ -528,7 +530,7 @@ func goals(r *Results) string {
 	w("## Against the goals\n\n")
 	if h, ok := r.Handoffs["baton"]; ok && h.Load != nil {
 		w("- Reloads: baton %d failures of any class, raw, over %d handoffs", h.Load.TotalFailures(), h.Done)
-		for _, n := range []string{"nginx", "haproxy"} {
+		for _, n := range []string{"nginx", "haproxy", "caddy"} {
 			if p, ok := r.Handoffs[n]; ok && p.Load != nil {
 				w("; %s %.1f per 100 reloads (keep-alive race: %d)", n, p.RawPer100, p.Load.Failures[load.ClassEOFReused])
 			}

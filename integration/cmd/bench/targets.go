@@ -457,3 +457,71 @@ func (h *haproxy) Stop() { h.p.stop(syscall.SIGUSR1, 40*time.Second) }
 func (h *haproxy) PIDs() map[string][]int {
 	return map[string][]int{"master": {h.p.cmd.Process.Pid}, "worker": children(h.p.cmd.Process.Pid)}
 }
+
+// caddy runs Caddy (built by scripts/caddybin.sh into .cache/caddybin) as
+// its documentation has it run in production: `caddy run` with a
+// Caddyfile, reloaded in place by `caddy reload` through its admin API
+// (its graceful reload: one process, new servers on the same sockets).
+// Its defaults otherwise: HTTP/1.1 and HTTP/2, upstream keep-alive,
+// GOMAXPROCS of the machine, no access log. Caddy proxies no raw TCP
+// without a plugin, so it has no TCP rows.
+type caddy struct {
+	dir string
+	bin string
+	tls tlsFiles
+	p   *proc
+}
+
+func (c *caddy) Name() string      { return "caddy" }
+func (c *caddy) HTTPAddr() string  { return "127.0.0.1:27080" }
+func (c *caddy) TCPAddr() string   { return "" }
+func (c *caddy) HTTPSAddr() string { return "127.0.0.1:27443" }
+func (c *caddy) admin() string     { return "127.0.0.1:27019" }
+func (c *caddy) conf() string      { return filepath.Join(c.dir, "Caddyfile") }
+
+func (c *caddy) Start() error {
+	cfg := fmt.Sprintf(`{
+	admin %[1]s
+	auto_https off
+	persist_config off
+	grace_period 10s
+	storage file_system %[2]s/data
+}
+http://%[3]s {
+	reverse_proxy %[4]s
+}
+https://%[5]s {
+	tls %[6]s %[7]s
+	reverse_proxy %[4]s
+}
+`, c.admin(), c.dir, c.HTTPAddr(), backendHTTP, c.HTTPSAddr(), c.tls.cert, c.tls.key)
+	if err := os.WriteFile(c.conf(), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	var err error
+	c.p, err = startProc(c.dir, c.bin, "run", "--config", c.conf(), "--adapter", "caddyfile")
+	if err != nil {
+		return err
+	}
+	for _, a := range []string{c.HTTPAddr(), c.HTTPSAddr()} {
+		if err := waitServing(a, c.p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *caddy) Reload() error {
+	out, err := exec.Command(c.bin, "reload", "--config", c.conf(), "--adapter", "caddyfile", "--address", c.admin(), "--force").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("caddy reload: %v: %s", err, out)
+	}
+	return nil
+}
+
+func (c *caddy) Stop() { c.p.stop(syscall.SIGTERM, 40*time.Second) }
+
+// PIDs: Caddy's one process serves; it has no master.
+func (c *caddy) PIDs() map[string][]int {
+	return map[string][]int{"worker": {c.p.cmd.Process.Pid}}
+}
