@@ -33,7 +33,7 @@ func (a *acceptor) start(p *Proxy, name string, lns []net.Listener, handle func(
 	a.lns = lns
 	a.handle = func(c net.Conn) {
 		p.stats.accepted.Add(1)
-		if p.stats.conns.Add(1) > p.maxConns {
+		if n := p.stats.conns.Add(1); p.maxConns > 0 && n > p.maxConns { // 0: no limit (a Proxy not from New)
 			p.stats.conns.Add(-1)
 			p.refuse(name, c)
 			return

@@ -3,14 +3,20 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"net"
-	"net/http"
+	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/baton-proxy/baton/integration/internal/idleconns"
+	"github.com/baton-proxy/baton/integration/internal/load"
 )
 
-// idleResult is what idle keep-alive connections cost a target's workers
-// (issue 23): Conns connections that each made one request and wait.
+// idleResult is what idle connections cost a target's workers (issue 23):
+// Conns connections that each made one request and wait.
 type idleResult struct {
 	Conns int `json:"conns"`
 	// The workers' resident memory (KiB, their sum) before the
@@ -21,55 +27,103 @@ type idleResult struct {
 	GiveBack     time.Duration `json:"giveBackNs"`
 	// BytesPerConn is (idle - before) / Conns.
 	BytesPerConn float64 `json:"bytesPerConn"`
+	// Probe is keep-alive load on other connections while they wait
+	// (the many-connections row only).
+	Probe *load.Result `json:"probe,omitempty"`
 }
 
-// idle opens n keep-alive connections to t, one request each, measures
-// its workers' memory while they wait, closes them, and measures it again
-// after giveBack.
-func (b *bench) idle(t target, n int, giveBack time.Duration) (idleResult, error) {
+// idleSettle is how long the idle connections wait before the workers'
+// memory is read: what a worker does once its connections wait (baton
+// parks them, and gives the memory of their start back) is done by then.
+const idleSettle = 5 * time.Second
+
+// idle opens n idle connections to t (HTTP/1.1, or HTTP/2 over TLS with
+// h2), measures its workers' memory while they wait, closes them, and
+// measures it again after giveBack.
+func (b *bench) idle(t target, n int, h2 bool, giveBack time.Duration) (idleResult, error) {
 	if l, ok := t.(interface{ maxIdle() int }); ok {
 		n = min(n, l.maxIdle())
 	}
 	res := idleResult{GiveBack: giveBack}
+	addr := t.HTTPAddr()
+	if h2 {
+		addr = t.HTTPSAddr()
+	}
 	time.Sleep(time.Second) // the workers settle after start
-	workers := t.PIDs()["worker"]
-	res.RSSBeforeKiB, _ = sumProc(workers)
-	conns := make([]net.Conn, 0, n)
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range n {
-		c, err := net.DialTimeout("tcp", t.HTTPAddr(), 5*time.Second)
-		if err != nil {
-			return res, fmt.Errorf("connection %d: %w", len(conns), err)
-		}
-		conns = append(conns, c)
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: bench\r\n\r\n")); err != nil {
-			return res, fmt.Errorf("connection %d: %w", len(conns), err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReaderSize(c, 512), nil)
-		if err != nil {
-			return res, fmt.Errorf("connection %d: %w", len(conns), err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			return res, fmt.Errorf("connection %d: status %d", len(conns), resp.StatusCode)
-		}
-		c.SetDeadline(time.Time{})
+	res.RSSBeforeKiB, _ = sumProc(t.PIDs()["worker"])
+	conns, err := idleconns.Open(addr, n, h2, 10*time.Second)
+	if err != nil {
+		return res, err
 	}
 	res.Conns = len(conns)
-	time.Sleep(5 * time.Second) // what a worker does once its connections wait (baton: they park, and the memory goes back)
+	time.Sleep(idleSettle)
 	res.RSSIdleKiB, _ = sumProc(t.PIDs()["worker"])
 	res.BytesPerConn = float64(res.RSSIdleKiB-res.RSSBeforeKiB) * 1024 / float64(res.Conns)
-	for _, c := range conns {
-		c.Close()
-	}
-	conns = nil
-	fmt.Fprintf(os.Stderr, "bench: idle: %.0f B a connection; closed, waiting %s\n", res.BytesPerConn, giveBack)
+	idleconns.Close(conns)
+	fmt.Fprintf(os.Stderr, "bench: idle (h2 %v): %.0f B a connection; closed, waiting %s\n", h2, res.BytesPerConn, giveBack)
 	time.Sleep(giveBack)
 	res.RSSClosedKiB, _ = sumProc(t.PIDs()["worker"])
 	return res, nil
+}
+
+// idlePerProcess is how many idle connections one loadgen holds: this
+// machine allows 20,000 descriptors a process.
+const idlePerProcess = 10_000
+
+// idleMany holds n idle HTTP/1.1 connections to t from several loadgen
+// processes, measures the workers' memory, then runs keep-alive load on
+// other connections beside them (the probe: are the requests of a worker
+// holding that many still answered at once?).
+func (b *bench) idleMany(t target, n int) (idleResult, error) {
+	res := idleResult{}
+	time.Sleep(time.Second)
+	res.RSSBeforeKiB, _ = sumProc(t.PIDs()["worker"])
+	type holder struct {
+		cmd   *exec.Cmd
+		stdin io.WriteCloser
+	}
+	var hs []holder
+	defer func() {
+		for _, h := range hs {
+			h.stdin.Close()
+			h.cmd.Wait()
+		}
+	}()
+	for left := n; left > 0; left -= idlePerProcess {
+		k := min(left, idlePerProcess)
+		cmd := exec.Command(filepath.Join(b.bin, "loadgen"), "-http", t.HTTPAddr(), "-idle", strconv.Itoa(k))
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return res, err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return res, err
+		}
+		if err := cmd.Start(); err != nil {
+			return res, err
+		}
+		hs = append(hs, holder{cmd, stdin})
+		ready := make(chan string, 1)
+		go func() {
+			line, _ := bufio.NewReader(stdout).ReadString('\n')
+			ready <- line
+		}()
+		select {
+		case line := <-ready:
+			if strings.TrimSpace(line) != "ready" {
+				return res, fmt.Errorf("%d idle connections from one process: %q", k, line)
+			}
+		case <-time.After(3 * time.Minute):
+			return res, fmt.Errorf("%d idle connections from one process: not open after 3 minutes", k)
+		}
+		res.Conns += k
+	}
+	time.Sleep(idleSettle)
+	res.RSSIdleKiB, _ = sumProc(t.PIDs()["worker"])
+	res.BytesPerConn = float64(res.RSSIdleKiB-res.RSSBeforeKiB) * 1024 / float64(res.Conns)
+	probe, err := b.loadgen("-http", t.HTTPAddr(), "-keepalive", strconv.Itoa(b.s.Concurrency), "-duration", "3s")
+	res.Probe = probe
+	return res, err
 }

@@ -37,9 +37,11 @@ type settings struct {
 	TimelineHandoffs int           `json:"timelineHandoffs"`
 	TimelineWorkers  []int         `json:"timelineWorkers"`
 	// IdleConns idle keep-alive connections are measured, and the
-	// memory again IdleGiveBack after they closed.
-	IdleConns    int           `json:"idleConns"`
-	IdleGiveBack time.Duration `json:"idleGiveBackNs"`
+	// memory again IdleGiveBack after they closed; IdleManyConns more, from
+	// several processes, with keep-alive load beside them.
+	IdleConns     int           `json:"idleConns"`
+	IdleGiveBack  time.Duration `json:"idleGiveBackNs"`
+	IdleManyConns int           `json:"idleManyConns,omitempty"`
 }
 
 // Results is everything one run measured; docs/benchmarks.json holds the
@@ -53,8 +55,11 @@ type Results struct {
 	Speed    map[string]speedResult `json:"speed"`
 	Timeline []timelineResult       `json:"timeline"`
 	Memory   map[string]memResult   `json:"memory"`
-	// Idle is what idle keep-alive connections cost, by target.
-	Idle map[string]idleResult `json:"idle,omitempty"`
+	// Idle is what idle keep-alive connections cost, by target: HTTP/1.1,
+	// HTTP/2 over TLS, and IdleManyConns of HTTP/1.1.
+	Idle     map[string]idleResult `json:"idle,omitempty"`
+	IdleH2   map[string]idleResult `json:"idleH2,omitempty"`
+	IdleMany map[string]idleResult `json:"idleMany,omitempty"`
 	// TLS are the TLS rows, by target; TLSHandoffs reloads under TLS
 	// load; AccessLog baton's keep-alive rate with the access log on and
 	// off.
@@ -97,10 +102,10 @@ func main() {
 	}
 
 	s := settings{HandoffRun: 40 * time.Second, TLSHandoffRun: 24 * time.Second, ReloadEvery: 400 * time.Millisecond, Turn: 3 * time.Second, Rounds: 10,
-		Concurrency: 32, TimelineHandoffs: 100, TimelineWorkers: []int{1, 2, 4}, IdleConns: 10_000, IdleGiveBack: time.Minute}
+		Concurrency: 32, TimelineHandoffs: 100, TimelineWorkers: []int{1, 2, 4}, IdleConns: 10_000, IdleGiveBack: time.Minute, IdleManyConns: 30_000}
 	if *quick {
 		s = settings{HandoffRun: 12 * time.Second, TLSHandoffRun: 10 * time.Second, ReloadEvery: 400 * time.Millisecond, Turn: 2 * time.Second, Rounds: 2,
-			Concurrency: 32, TimelineHandoffs: 20, TimelineWorkers: []int{1, 2}, IdleConns: 10_000, IdleGiveBack: 10 * time.Second}
+			Concurrency: 32, TimelineHandoffs: 20, TimelineWorkers: []int{1, 2}, IdleConns: 10_000, IdleGiveBack: 10 * time.Second, IdleManyConns: 30_000}
 	}
 	work, err := os.MkdirTemp("", "baton-bench-")
 	if err != nil {
@@ -118,6 +123,8 @@ func main() {
 		Speed:    map[string]speedResult{},
 		Memory:   map[string]memResult{},
 		Idle:     map[string]idleResult{},
+		IdleH2:   map[string]idleResult{},
+		IdleMany: map[string]idleResult{},
 
 		TLS:         map[string]tlsResult{},
 		TLSHandoffs: map[string]handoffRun{},
@@ -191,10 +198,22 @@ func main() {
 		}
 		if do["idle"] && name != "direct" {
 			r.run(name, "idle connections", func(t target) error {
-				m, err := r.idle(t, s.IdleConns, s.IdleGiveBack)
+				m, err := r.idle(t, s.IdleConns, false, s.IdleGiveBack)
 				r.res.Idle[name] = m
 				return err
 			})
+			r.run(name, "idle HTTP/2 connections", func(t target) error {
+				m, err := r.idle(t, s.IdleConns, true, s.IdleGiveBack)
+				r.res.IdleH2[name] = m
+				return err
+			})
+			if name == "baton" || name == "nginx" { // the others hold fewer under 20,000 descriptors a process
+				r.run(name, fmt.Sprintf("%d idle connections", s.IdleManyConns), func(t target) error {
+					m, err := r.idleMany(t, s.IdleManyConns)
+					r.res.IdleMany[name] = m
+					return err
+				})
+			}
 		}
 	}
 	if withBaton && do["timeline"] {
@@ -229,6 +248,9 @@ func (r *Results) dropHistograms() {
 	}
 	if a := r.AccessLog; a != nil {
 		loads = append(loads, a.Off, a.On)
+	}
+	for _, m := range r.IdleMany {
+		loads = append(loads, m.Probe)
 	}
 	for _, l := range loads {
 		if l != nil {

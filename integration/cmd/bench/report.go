@@ -162,13 +162,35 @@ func report(r *Results) string {
 	}
 	if len(r.Idle) > 0 {
 		w("\n## 4a. Idle keep-alive connections\n\n")
-		w("%d connections that each made one HTTP/1.1 request and wait, as many clients' would (HAProxy: as many as\n", r.Settings.IdleConns)
-		w("its maxconn allows under this machine's 20,000 descriptors): the workers' resident memory (KiB, both\n")
-		w("workers) before, after 5 s of waiting, and %s after they closed.\n\n", r.Settings.IdleGiveBack)
-		w("| target | connections | before | idle | per connection (bytes) | closed |\n|---|---|---|---|---|---|\n")
-		for _, n := range names {
-			if m, ok := r.Idle[n]; ok && m.Conns > 0 {
-				w("| %s | %d | %d | %d | %.0f | %d |\n", n, m.Conns, m.RSSBeforeKiB, m.RSSIdleKiB, m.BytesPerConn, m.RSSClosedKiB)
+		w("%d connections that each made one request and wait, as many clients' would (HAProxy: as many as\n", r.Settings.IdleConns)
+		w("its maxconn allows under this machine's 20,000 descriptors): the workers' resident memory (KiB, all\n")
+		w("workers) before, after %s of waiting, and %s after they closed. HTTP/1.1 in the clear, then\n", idleSettle, r.Settings.IdleGiveBack)
+		w("HTTP/2 over TLS (one GET as stream 1).\n\n")
+		w("| target | protocol | connections | before | idle | per connection (bytes) | closed |\n|---|---|---|---|---|---|---|\n")
+		for _, set := range []struct {
+			proto string
+			m     map[string]idleResult
+		}{{"HTTP/1.1", r.Idle}, {"HTTP/2, TLS", r.IdleH2}} {
+			for _, n := range names {
+				if m, ok := set.m[n]; ok && m.Conns > 0 {
+					w("| %s | %s | %d | %d | %d | %.0f | %d |\n", n, set.proto, m.Conns, m.RSSBeforeKiB, m.RSSIdleKiB, m.BytesPerConn, m.RSSClosedKiB)
+				}
+			}
+		}
+		if len(r.IdleMany) > 0 {
+			w("\n%d idle HTTP/1.1 connections from %d processes (baton and nginx: HAProxy and Caddy hold fewer\n",
+				r.Settings.IdleManyConns, (r.Settings.IdleManyConns+idlePerProcess-1)/idlePerProcess)
+			w("under 20,000 descriptors a process), then %d keep-alive clients on connections of their own for\n", r.Settings.Concurrency)
+			w("3 s beside them; the memory projected to 100,000 from the bytes per connection.\n\n")
+			w("| target | connections | per connection (bytes) | 100,000 would take (MiB) | keep-alive req/s beside them | p99 (ms) |\n|---|---|---|---|---|---|\n")
+			for _, n := range names {
+				if m, ok := r.IdleMany[n]; ok && m.Conns > 0 {
+					rps, p99 := "-", "-"
+					if m.Probe != nil {
+						rps, p99 = fmt.Sprintf("%.0f", m.Probe.RPS()), fmt.Sprintf("%.2f", m.Probe.Latency.P99)
+					}
+					w("| %s | %d | %.0f | %.0f | %s | %s |\n", n, m.Conns, m.BytesPerConn, m.BytesPerConn*100_000/(1<<20)+float64(m.RSSBeforeKiB)/1024, rps, p99)
+				}
 			}
 		}
 	}

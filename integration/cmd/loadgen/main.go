@@ -3,6 +3,11 @@
 // never retries sees them), recovered retries, and latency quantiles.
 //
 //	loadgen -http 127.0.0.1:8080 -keepalive 32 -duration 10s
+//
+// With -idle N it holds N idle connections instead (one request each,
+// HTTP/2 over TLS with -idle-h2), prints "ready" once they are open, and
+// closes them when its standard input ends: a process holds as many as its
+// descriptor limit allows, so make bench spreads 30,000 over several.
 package main
 
 import (
@@ -11,11 +16,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/baton-proxy/baton/integration/internal/idleconns"
 	"github.com/baton-proxy/baton/integration/internal/load"
 )
 
@@ -38,7 +45,20 @@ func main() {
 	resume := flag.Bool("tls-resume", false, "with -tls: keep sessions, so that new connections resume")
 	sni := flag.String("sni", "bench.example", "with -tls: the server name sent")
 	flag.IntVar(&cfg.H2, "h2", 0, "HTTP/2 GET clients, over -tls, as streams of one connection")
+	idle := flag.Int("idle", 0, "hold this many idle connections to -http (one GET each) until standard input ends")
+	idleH2 := flag.Bool("idle-h2", false, "with -idle: HTTP/2 over TLS connections")
 	flag.Parse()
+	if *idle > 0 {
+		conns, err := idleconns.Open(cfg.HTTPAddr, *idle, *idleH2, cfg.Timeout)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		fmt.Println("ready")
+		io.Copy(io.Discard, os.Stdin)
+		idleconns.Close(conns)
+		return
+	}
 	if *useTLS {
 		// X25519 for every target: nginx's and HAProxy's OpenSSL 3.0
 		// has no ML-KEM, which Go would otherwise choose with baton.
