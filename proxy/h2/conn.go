@@ -167,7 +167,6 @@ func NewConn(c net.Conn, cfg Config, h Handler) *Conn {
 		sendWindow: initialWindow, peerWindow: initialWindow, peerFrame: frameSize, recvWindow: connWindow}
 	sc.cond.L = &sc.mu
 	sc.rd.r = bufio.NewReaderSize(c, 16<<10)
-	sc.bw = bufio.NewWriterSize(c, 32<<10)
 	sc.fr = http2.NewFramer(nil, &sc.rd)
 	sc.fr.SetReuseFrames()
 	sc.fr.SetMaxReadFrameSize(frameSize)
@@ -357,7 +356,7 @@ func (sc *Conn) readError(typ http2.FrameType, err error) error {
 
 // werr returns the write error that ended the connection, if any.
 func (sc *Conn) werr() error {
-	sc.lockWrite()
+	sc.wmu.Lock()
 	defer sc.wmu.Unlock()
 	return sc.wfail
 }
@@ -846,6 +845,7 @@ func (sc *Conn) finish() {
 			sc.writeFailed(err)
 		}
 	}
+	sc.releaseWriter()
 	sc.wmu.Unlock()
 	if cw, ok := sc.c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
@@ -866,12 +866,35 @@ func putUint32(p []byte, v uint32) {
 	p[0], p[1], p[2], p[3] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
 }
 
-// lockWrite takes the writing side. waiting counts the writers queued, so
-// that the one leaving can leave the flush to the next.
+// writerPool holds the write buffers of connections with nothing to send:
+// an idle connection holds none (32 KiB each).
+var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufSize) }}
+
+// writeBufSize is a connection's write buffer: what a burst of frames is
+// gathered in before one write.
+const writeBufSize = 32 << 10
+
+// lockWrite takes the writing side, with a write buffer. waiting counts
+// the writers queued, so that the one leaving can leave the flush, and
+// the buffer, to the next.
 func (sc *Conn) lockWrite() {
 	sc.waiting.Add(1)
 	sc.wmu.Lock()
 	sc.waiting.Add(-1)
+	if sc.bw == nil {
+		sc.bw = writerPool.Get().(*bufio.Writer)
+		sc.bw.Reset(sc.c)
+	}
+}
+
+// releaseWriter gives the write buffer back when nothing is left in it
+// and no writer waits for the writing side. wmu held.
+func (sc *Conn) releaseWriter() {
+	if sc.bw != nil && sc.bw.Buffered() == 0 && sc.waiting.Load() == 0 {
+		sc.bw.Reset(nil)
+		writerPool.Put(sc.bw)
+		sc.bw = nil
+	}
 }
 
 // unlockWrite releases the writing side, flushing what was written when
@@ -892,6 +915,7 @@ func (sc *Conn) unlockWrite(flush bool) error {
 		}
 	}
 	err := sc.wfail
+	sc.releaseWriter()
 	sc.wmu.Unlock()
 	return err
 }
