@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,9 +28,12 @@ type idleResult struct {
 	GiveBack     time.Duration `json:"giveBackNs"`
 	// BytesPerConn is (idle - before) / Conns.
 	BytesPerConn float64 `json:"bytesPerConn"`
-	// Probe is keep-alive load on other connections while they wait
-	// (the many-connections row only).
-	Probe *load.Result `json:"probe,omitempty"`
+	// Probe is keep-alive load on other connections while they wait;
+	// WakeP50 and WakeP99 (ms) the latency of a request on one of them
+	// after it waited (the many-connections row only).
+	Probe   *load.Result `json:"probe,omitempty"`
+	WakeP50 float64      `json:"wakeP50,omitempty"`
+	WakeP99 float64      `json:"wakeP99,omitempty"`
 }
 
 // idleSettle is how long the idle connections wait before the workers'
@@ -51,7 +55,7 @@ func (b *bench) idle(t target, n int, h2 bool, giveBack time.Duration) (idleResu
 	}
 	time.Sleep(time.Second) // the workers settle after start
 	res.RSSBeforeKiB, _ = sumProc(t.PIDs()["worker"])
-	conns, err := idleconns.Open(addr, n, h2, 10*time.Second)
+	conns, err := idleconns.Open(addr, "", n, h2, 10*time.Second)
 	if err != nil {
 		return res, err
 	}
@@ -91,7 +95,10 @@ func (b *bench) idleMany(t target, n int) (idleResult, error) {
 	}()
 	for left := n; left > 0; left -= idlePerProcess {
 		k := min(left, idlePerProcess)
-		cmd := exec.Command(filepath.Join(b.bin, "loadgen"), "-http", t.HTTPAddr(), "-idle", strconv.Itoa(k))
+		// Each from an address of its own: one has only some 28,000
+		// ports for one destination.
+		from := fmt.Sprintf("127.0.1.%d", len(hs)+1)
+		cmd := exec.Command(filepath.Join(b.bin, "loadgen"), "-http", t.HTTPAddr(), "-idle", strconv.Itoa(k), "-idle-from", from)
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -123,7 +130,28 @@ func (b *bench) idleMany(t target, n int) (idleResult, error) {
 	time.Sleep(idleSettle)
 	res.RSSIdleKiB, _ = sumProc(t.PIDs()["worker"])
 	res.BytesPerConn = float64(res.RSSIdleKiB-res.RSSBeforeKiB) * 1024 / float64(res.Conns)
+	// Requests on idle connections among them: 200 more, from here,
+	// each asked once after they waited.
+	waiting, err := idleconns.Open(t.HTTPAddr(), "127.0.2.1", wakeProbes, false, 10*time.Second)
+	if err != nil {
+		return res, fmt.Errorf("probe connections: %w", err)
+	}
+	defer idleconns.Close(waiting)
+	time.Sleep(idleSettle)
+	lat := make([]float64, 0, len(waiting))
+	for _, c := range waiting {
+		start := time.Now()
+		if err := idleconns.Get(c, 10*time.Second); err != nil {
+			return res, fmt.Errorf("a request on an idle connection: %w", err)
+		}
+		lat = append(lat, float64(time.Since(start).Microseconds())/1000)
+	}
+	slices.Sort(lat)
+	res.WakeP50, res.WakeP99 = lat[len(lat)/2], lat[len(lat)*99/100]
 	probe, err := b.loadgen("-http", t.HTTPAddr(), "-keepalive", strconv.Itoa(b.s.Concurrency), "-duration", "3s")
 	res.Probe = probe
 	return res, err
 }
+
+// wakeProbes is how many idle connections get a request in idleMany.
+const wakeProbes = 200

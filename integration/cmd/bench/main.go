@@ -83,7 +83,7 @@ func main() {
 	caddyBin := flag.String("caddy", ".cache/caddybin/caddy", "Caddy's binary (scripts/caddybin.sh)")
 	speedOnly := flag.Bool("speed-only", false, "measure throughput and latency only (for profiling; the report lacks the rest)")
 	rerender := flag.Bool("report-only", false, "measure nothing: write the report of the raw results in -json anew (after the report's text changed)")
-	phases := flag.String("phases", "speed,tls,rsa,accesslog,targets,idle,timeline", "what to measure: throughput (speed), the TLS rows (tls), full RSA handshakes (rsa), the access log's cost, each target's reloads and memory (targets), idle keep-alive connections' memory (idle), baton's handoff timeline")
+	phases := flag.String("phases", "speed,tls,rsa,accesslog,targets,idle,idlemany,timeline", "what to measure: throughput (speed), the TLS rows (tls), full RSA handshakes (rsa), the access log's cost, each target's reloads and memory (targets), idle connections' memory (idle: HTTP/1.1 and HTTP/2; idlemany: 30,000 from several processes), baton's handoff timeline")
 	attackOut := flag.String("attacks", "", "run the attack suite instead (make attacks), and write its table into `FILE` (docs/security.md)")
 	flag.Parse()
 	if *rerender {
@@ -207,6 +207,8 @@ func main() {
 				r.res.IdleH2[name] = m
 				return err
 			})
+		}
+		if do["idlemany"] {
 			if name == "baton" || name == "nginx" { // the others hold fewer under 20,000 descriptors a process
 				r.run(name, fmt.Sprintf("%d idle connections", s.IdleManyConns), func(t target) error {
 					m, err := r.idleMany(t, s.IdleManyConns)

@@ -160,7 +160,7 @@ func report(r *Results) string {
 		}
 		w("| %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", n, m.MasterRSSKiB, m.MasterPrivateKiB, m.MasterFDs, m.Workers, m.WorkerRSSIdleKiB, m.WorkerRSSLoadKiB, m.WorkerFDsIdle, m.WorkerFDsLoad)
 	}
-	if len(r.Idle) > 0 {
+	if len(r.Idle) > 0 || len(r.IdleMany) > 0 {
 		w("\n## 4a. Idle keep-alive connections\n\n")
 		w("%d connections that each made one request and wait, as many clients' would (HAProxy: as many as\n", r.Settings.IdleConns)
 		w("its maxconn allows under this machine's 20,000 descriptors): the workers' resident memory (KiB, all\n")
@@ -180,16 +180,18 @@ func report(r *Results) string {
 		if len(r.IdleMany) > 0 {
 			w("\n%d idle HTTP/1.1 connections from %d processes (baton and nginx: HAProxy and Caddy hold fewer\n",
 				r.Settings.IdleManyConns, (r.Settings.IdleManyConns+idlePerProcess-1)/idlePerProcess)
-			w("under 20,000 descriptors a process), then %d keep-alive clients on connections of their own for\n", r.Settings.Concurrency)
-			w("3 s beside them; the memory projected to 100,000 from the bytes per connection.\n\n")
-			w("| target | connections | per connection (bytes) | 100,000 would take (MiB) | keep-alive req/s beside them | p99 (ms) |\n|---|---|---|---|---|---|\n")
+			w("under 20,000 descriptors a process); beside them %d more idle ones that each make one request,\n", wakeProbes)
+			w("one after the other, after %s of waiting (its latency: what a client of an idle connection\n", idleSettle)
+			w("waits), then %d keep-alive clients on connections of their own for 3 s; the memory projected\n", r.Settings.Concurrency)
+			w("to 100,000 from the bytes per connection.\n\n")
+			w("| target | connections | per connection (bytes) | 100,000 would take (MiB) | request on an idle one: p50 | p99 (ms) | keep-alive req/s beside them | p99 (ms) |\n|---|---|---|---|---|---|---|---|\n")
 			for _, n := range names {
 				if m, ok := r.IdleMany[n]; ok && m.Conns > 0 {
 					rps, p99 := "-", "-"
 					if m.Probe != nil {
 						rps, p99 = fmt.Sprintf("%.0f", m.Probe.RPS()), fmt.Sprintf("%.2f", m.Probe.Latency.P99)
 					}
-					w("| %s | %d | %.0f | %.0f | %s | %s |\n", n, m.Conns, m.BytesPerConn, m.BytesPerConn*100_000/(1<<20)+float64(m.RSSBeforeKiB)/1024, rps, p99)
+					w("| %s | %d | %.0f | %.0f | %.2f | %.2f | %s | %s |\n", n, m.Conns, m.BytesPerConn, m.BytesPerConn*100_000/(1<<20)+float64(m.RSSBeforeKiB)/1024, m.WakeP50, m.WakeP99, rps, p99)
 				}
 			}
 		}

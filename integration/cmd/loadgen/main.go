@@ -47,9 +47,10 @@ func main() {
 	flag.IntVar(&cfg.H2, "h2", 0, "HTTP/2 GET clients, over -tls, as streams of one connection")
 	idle := flag.Int("idle", 0, "hold this many idle connections to -http (one GET each) until standard input ends")
 	idleH2 := flag.Bool("idle-h2", false, "with -idle: HTTP/2 over TLS connections")
+	idleFrom := flag.String("idle-from", "", "with -idle: the source address (another loopback address: one has some 28,000 ports for one destination)")
 	flag.Parse()
 	if *idle > 0 {
-		conns, err := idleconns.Open(cfg.HTTPAddr, *idle, *idleH2, cfg.Timeout)
+		conns, err := idleconns.Open(cfg.HTTPAddr, *idleFrom, *idle, *idleH2, cfg.Timeout)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "loadgen:", err)
 			os.Exit(1)

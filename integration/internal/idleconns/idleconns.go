@@ -19,12 +19,22 @@ import (
 
 // Open opens n connections to addr, each with one GET of / answered 200,
 // within timeout each: HTTP/1.1 in the clear, or HTTP/2 over TLS (ALPN h2,
-// the server's certificate not verified) with h2. On an error it closes
-// what it opened.
-func Open(addr string, n int, h2 bool, timeout time.Duration) ([]net.Conn, error) {
+// the server's certificate not verified) with h2; from the address from
+// when it is set (a loopback address of its own: one source address has
+// only some 28,000 ports for one destination). On an error it closes what
+// it opened.
+func Open(addr, from string, n int, h2 bool, timeout time.Duration) ([]net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout}
+	if from != "" {
+		ip := net.ParseIP(from)
+		if ip == nil {
+			return nil, fmt.Errorf("source address %q", from)
+		}
+		d.LocalAddr = &net.TCPAddr{IP: ip}
+	}
 	conns := make([]net.Conn, 0, n)
 	for range n {
-		c, err := open(addr, h2, timeout)
+		c, err := open(d, addr, h2, timeout)
 		if err != nil {
 			Close(conns)
 			return nil, fmt.Errorf("connection %d of %d: %w", len(conns)+1, n, err)
@@ -41,8 +51,7 @@ func Close(conns []net.Conn) {
 	}
 }
 
-func open(addr string, h2 bool, timeout time.Duration) (net.Conn, error) {
-	d := &net.Dialer{Timeout: timeout}
+func open(d *net.Dialer, addr string, h2 bool, timeout time.Duration) (net.Conn, error) {
 	if !h2 {
 		c, err := d.Dial("tcp", addr)
 		if err != nil {
@@ -69,6 +78,10 @@ func open(addr string, h2 bool, timeout time.Duration) (net.Conn, error) {
 	}
 	return c, nil
 }
+
+// Get sends one HTTP/1.1 GET of / on c, an HTTP/1.1 connection Open
+// made, and reads its answer (200), within timeout.
+func Get(c net.Conn, timeout time.Duration) error { return get1(c, timeout) }
 
 // get1 sends one HTTP/1.1 GET on c and reads its answer.
 func get1(c net.Conn, timeout time.Duration) error {
