@@ -166,7 +166,11 @@ func NewConn(c net.Conn, cfg Config, h Handler) *Conn {
 	sc := &Conn{c: c, cfg: cfg, h: h, streams: make(map[uint32]*Stream),
 		sendWindow: initialWindow, peerWindow: initialWindow, peerFrame: frameSize, recvWindow: connWindow}
 	sc.cond.L = &sc.mu
-	sc.rd.r = bufio.NewReaderSize(c, 16<<10)
+	// A small read buffer: frame heads and small frames are read
+	// through it, a frame larger than it straight into the Framer's
+	// buffer (bufio reads a large Read directly), so that an idle
+	// connection holds 2 KiB here rather than 16.
+	sc.rd.r = bufio.NewReaderSize(c, readBufSize)
 	sc.fr = http2.NewFramer(nil, &sc.rd)
 	sc.fr.SetReuseFrames()
 	sc.fr.SetMaxReadFrameSize(frameSize)
@@ -869,6 +873,9 @@ func putUint32(p []byte, v uint32) {
 // writerPool holds the write buffers of connections with nothing to send:
 // an idle connection holds none (32 KiB each).
 var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufSize) }}
+
+// readBufSize is a connection's read buffer.
+const readBufSize = 2 << 10
 
 // writeBufSize is a connection's write buffer: what a burst of frames is
 // gathered in before one write.
