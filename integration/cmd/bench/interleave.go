@@ -201,6 +201,17 @@ func (b *bench) speedRows() []row {
 			}
 			return &turn{res: res}, nil
 		}},
+		{key: "tcpShort", run: func(t target, d time.Duration) (*turn, error) {
+			if t.TCPAddr() == "" {
+				return nil, nil
+			}
+			// One echo a connection: its rate is connections per second.
+			res, err := b.loadgen("-tcp", t.TCPAddr(), "-tcp-streams", c, "-stream-life", "1ns", "-stream-interval", "-1ns", "-duration", d.String())
+			if err != nil {
+				return nil, err
+			}
+			return &turn{res: res}, nil
+		}},
 	}
 }
 
@@ -254,6 +265,8 @@ func (b *bench) keep(tallies map[string]map[string]*tally) {
 				b.speed(name, func(s *speedResult) { s.NewConn = res })
 			case "tcp":
 				b.speed(name, func(s *speedResult) { s.TCP = res })
+			case "tcpShort":
+				b.speed(name, func(s *speedResult) { s.TCPShort = res })
 			case "tls.fullEcdsa":
 				b.tls(name, func(t *tlsResult) { t.FullECDSA = res })
 			case "tls.fullRsa":

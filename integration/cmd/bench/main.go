@@ -243,7 +243,7 @@ func (r *Results) dropHistograms() {
 		loads = append(loads, h.Load)
 	}
 	for _, s := range r.Speed {
-		loads = append(loads, s.KeepAlive, s.NewConn, s.TCP)
+		loads = append(loads, s.KeepAlive, s.NewConn, s.TCP, s.TCPShort)
 	}
 	for _, t := range r.TLS {
 		loads = append(loads, t.FullECDSA, t.FullRSA, t.Resumed, t.KeepAlive, t.H2)

@@ -110,7 +110,9 @@ type speedResult struct {
 	KeepAlive *load.Result `json:"keepAlive"`
 	NewConn   *load.Result `json:"newConn"`
 	TCP       *load.Result `json:"tcp"`
-	Wrk       *wrkResult   `json:"wrk,omitempty"`
+	// TCPShort are short TCP connections: connect, one echo, close.
+	TCPShort *load.Result `json:"tcpShort,omitempty"`
+	Wrk      *wrkResult   `json:"wrk,omitempty"`
 }
 
 // wrkResult is wrk's own measurement, a cross-check of ours.

@@ -92,10 +92,11 @@ func report(r *Results) string {
 	w("target's figure adds up its turns (requests over time, latency over every request; wrk's\n")
 	w("quantiles are the median of its turns'). The spread of the rounds is in \"Round by round\"\n")
 	w("below. Keep-alive and new-connection HTTP/1.1 GETs of a\n")
-	w("3-byte body; TCP: 64-byte echoes back to back on %d streams. Latency in ms. wrk (`-t2\n", r.Settings.Concurrency)
+	w("3-byte body; TCP: 64-byte echoes back to back on %d streams; short TCP: connections that each\n", r.Settings.Concurrency)
+	w("connect, echo 64 bytes once and close (a connection to the backend each). Latency in ms. wrk (`-t2\n")
 	w("-c%d`, keep-alive) is an independent cross-check of the keep-alive row.\n\n", r.Settings.Concurrency)
-	w("| target | keep-alive req/s | p50 | p99 | p99.9 | wrk req/s | wrk p99 | new-conn req/s | p99 | TCP echoes/s | p99 |\n")
-	w("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| target | keep-alive req/s | p50 | p99 | p99.9 | wrk req/s | wrk p99 | new-conn req/s | p99 | TCP echoes/s | p99 | short TCP conn/s | p99 |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, n := range append([]string{"direct"}, names...) {
 		s, ok := r.Speed[n]
 		if !ok || s.KeepAlive == nil {
@@ -112,10 +113,14 @@ func report(r *Results) string {
 		if s.TCP != nil {
 			tcp, tcpp = fmt.Sprintf("%.0f", float64(s.TCP.Echoes)/s.TCP.Duration), fmt.Sprintf("%.2f", s.TCP.Latency.P99)
 		}
-		w("| %s | %.0f | %.2f | %.2f | %.2f | %s | %s | %s | %s | %s | %s |\n", n, s.KeepAlive.RPS(), s.KeepAlive.Latency.P50, s.KeepAlive.Latency.P99, s.KeepAlive.Latency.P999, wrps, wp99, nc, ncp, tcp, tcpp)
+		short, shortp := "-", "-"
+		if s.TCPShort != nil {
+			short, shortp = fmt.Sprintf("%.0f", float64(s.TCPShort.Echoes)/s.TCPShort.Duration), fmt.Sprintf("%.2f", s.TCPShort.Latency.P99)
+		}
+		w("| %s | %.0f | %.2f | %.2f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s |\n", n, s.KeepAlive.RPS(), s.KeepAlive.Latency.P50, s.KeepAlive.Latency.P99, s.KeepAlive.Latency.P999, wrps, wp99, nc, ncp, tcp, tcpp, short, shortp)
 	}
 	w("\nbaton as a ratio of its peers (req/s: higher is better; p99: lower is better):\n\n")
-	w("| vs | keep-alive req/s | keep-alive p99 | wrk req/s | new-conn req/s | TCP echoes/s |\n|---|---|---|---|---|---|\n")
+	w("| vs | keep-alive req/s | keep-alive p99 | wrk req/s | new-conn req/s | TCP echoes/s | short TCP conn/s |\n|---|---|---|---|---|---|---|\n")
 	bs, ok := r.Speed["baton"]
 	for _, n := range []string{"nginx", "haproxy", "caddy", "direct"} {
 		ps, ok2 := r.Speed[n]
@@ -126,9 +131,10 @@ func report(r *Results) string {
 		if bs.Wrk != nil && ps.Wrk != nil && ps.Wrk.RPS > 0 {
 			wr = fmt.Sprintf("%.2f×", bs.Wrk.RPS/ps.Wrk.RPS)
 		}
-		w("| %s | %.2f× | %.2f× | %s | %s | %s |\n", n, ratio(bs.KeepAlive.RPS(), ps.KeepAlive.RPS()), ratio(bs.KeepAlive.Latency.P99, ps.KeepAlive.Latency.P99), wr,
+		echoes := func(x *load.Result) float64 { return float64(x.Echoes) / x.Duration }
+		w("| %s | %.2f× | %.2f× | %s | %s | %s | %s |\n", n, ratio(bs.KeepAlive.RPS(), ps.KeepAlive.RPS()), ratio(bs.KeepAlive.Latency.P99, ps.KeepAlive.Latency.P99), wr,
 			ratioOf(bs.NewConn, ps.NewConn, func(x *load.Result) float64 { return x.RPS() }),
-			ratioOf(bs.TCP, ps.TCP, func(x *load.Result) float64 { return float64(x.Echoes) / x.Duration }))
+			ratioOf(bs.TCP, ps.TCP, echoes), ratioOf(bs.TCPShort, ps.TCPShort, echoes))
 	}
 
 	b.WriteString(tlsReport(r, names))
@@ -497,7 +503,7 @@ func accessLogReport(r *Results) string {
 
 // roundRows are the rows whose rounds the report shows, with their names.
 var roundRows = []struct{ key, name string }{
-	{"keepAlive", "keep-alive"}, {"wrk", "wrk"}, {"newConn", "new connections"}, {"tcp", "TCP echoes"},
+	{"keepAlive", "keep-alive"}, {"wrk", "wrk"}, {"newConn", "new connections"}, {"tcp", "TCP echoes"}, {"tcpShort", "short TCP connections"},
 	{"tls.fullEcdsa", "TLS full ECDSA"}, {"tls.fullRsa", "TLS full RSA"}, {"tls.resumed", "TLS resumed"},
 	{"tls.keepAlive", "TLS keep-alive"}, {"tls.h2", "HTTP/2"},
 }
