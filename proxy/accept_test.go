@@ -59,7 +59,7 @@ func stopWithQueue(t *testing.T, paused, sweep bool) (clients []net.Conn, handle
 	}
 	addr = ln.Addr().String()
 	tl := ln.(*net.TCPListener)
-	g := newGatedListener(newRawListener(ln, false), false)
+	g := newGatedListener(newRawListener(ln), false)
 	var (
 		mu      sync.Mutex
 		first   = make(chan struct{})

@@ -316,7 +316,11 @@ func (b *backend) dialStream(ctx context.Context) (net.Conn, *endpoint, error) {
 		}
 		a.tried(ep)
 		start := time.Now()
-		c, err := b.dialer.DialContext(ctx, "tcp", ep.addr)
+		// Keep-alive waits for the stream to live (tcpFrontend's
+		// keepAliveAfter): a short one does not pay its system calls.
+		d := b.dialer
+		d.KeepAlive = -1
+		c, err := d.DialContext(ctx, "tcp", ep.addr)
 		if err == nil {
 			c = newSockConn(c)
 		}

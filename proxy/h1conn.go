@@ -894,7 +894,7 @@ func (hc *h1conn) upgrade(rt *routed, set *endpointSet, a *attempt) bool {
 	hc.work.end() // the tunnel ends when either side closes, on its own
 	hc.f.inflight.Add(1)
 	keepAlive(hc.c) // a tunnel may be silent for long
-	tunnel(hc.c, hc.rd, uc.c, uc.rd)
+	tunnel(hc.c, hc.rd, uc.c, uc.rd, hc.f.gp.Go)
 	hc.f.inflight.Done()
 	uc.c.Close()
 	return false

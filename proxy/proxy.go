@@ -179,7 +179,7 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 			}
 			if lc := p.listenerConfig(l.Name); lc != nil {
 				deferAccept(ln, lc.Protocol == config.ProtocolHTTP)
-				ln = newRawListener(ln, lc.Protocol == config.ProtocolTCP)
+				ln = newRawListener(ln)
 			}
 			got[l.Name] = append(got[l.Name], p.gate(l.Name, idx, ln))
 		}

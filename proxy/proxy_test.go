@@ -10,12 +10,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/ipc"
 	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
 )
 
 // startProxy serves cfgYAML (with @WEB@ and @TCP@ listeners bound here) and
@@ -381,6 +383,79 @@ routes:
 	b, err := io.ReadAll(c)
 	if err != nil || string(b) != msg {
 		t.Fatalf("echo through the proxy: %d bytes, %v", len(b), err)
+	}
+}
+
+// A TCP stream that lives past keepAliveAfter gets TCP keep-alive on both
+// of its connections, so that a peer gone without a word is noticed; a
+// short one never pays for it (issue 23: short TCP connections at nginx's
+// rate).
+func TestTCPStreamKeepAlive(t *testing.T) {
+	echo, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				io.Copy(c, c)
+				c.Close()
+			}()
+		}
+	}()
+	p, _, tcp := startProxy(t, fmt.Sprintf(`
+controlSocket: /tmp/unused.sock
+listeners:
+  - name: echo
+    address: @TCP@
+    protocol: tcp
+backends:
+  - name: echo
+    static: [%q]
+routes:
+  - listener: echo
+    backend: echo
+`, echo.Addr().String()))
+	c, err := net.Dial("tcp", tcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 2)
+	if _, err := c.Write([]byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatal(err)
+	}
+	f := p.tcps[0]
+	keepAliveOn := func(c net.Conn) bool {
+		sc, ok := c.(syscall.Conn)
+		return ok && sockoptInt(t, sc, unix.SOL_SOCKET, unix.SO_KEEPALIVE) == 1
+	}
+	pair := func() (client, up net.Conn) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for c, u := range f.conns {
+			return c, u
+		}
+		return nil, nil
+	}
+	start := time.Now()
+	if client, up := pair(); client == nil || up == nil {
+		t.Fatalf("the stream is not in the frontend's connections (client %t, upstream %t)", client != nil, up != nil)
+	} else if keepAliveOn(client) || keepAliveOn(up) {
+		t.Fatalf("a new stream has keep-alive on already: client %t, upstream %t", keepAliveOn(client), keepAliveOn(up))
+	}
+	waitUntil(t, "keep-alive on both connections of a stream that lives", func() bool {
+		client, up := pair()
+		return client != nil && up != nil && keepAliveOn(client) && keepAliveOn(up)
+	})
+	if d := time.Since(start); d < keepAliveAfter/2 {
+		t.Errorf("keep-alive on after %s, before keepAliveAfter (%s)", d, keepAliveAfter)
 	}
 }
 

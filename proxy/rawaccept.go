@@ -20,7 +20,8 @@ import (
 // calls, each announced to the scheduler); nginx makes none of them. Here
 // TCP_NODELAY waits for the connection's second write (sockConn), the
 // keep-alive options are set only where a connection may be silent for
-// long (keepAlive: TCP streams; tunnels set them when they start), and the
+// long (TCP streams once they have lived a second, tunnels when they
+// start: keepAlive), and the
 // local address is asked for only when someone wants it.
 //
 // The listener's own RawConn cannot wait (net's listeners refuse Read),
@@ -32,10 +33,9 @@ import (
 // One goroutine accepts on a rawListener at a time (the accept loop).
 type rawListener struct {
 	*net.TCPListener
-	f         *os.File // the duplicate Accept waits on
-	rc        syscall.RawConn
-	keepAlive bool
-	closed    atomic.Bool
+	f      *os.File // the duplicate Accept waits on
+	rc     syscall.RawConn
+	closed atomic.Bool
 
 	// accept's results, bound once as acceptFn so that no closure is
 	// allocated per call.
@@ -47,7 +47,7 @@ type rawListener struct {
 }
 
 // newRawListener returns ln as a rawListener when it is TCP, else ln.
-func newRawListener(ln net.Listener, keepAlive bool) net.Listener {
+func newRawListener(ln net.Listener) net.Listener {
 	tl, ok := ln.(*net.TCPListener)
 	if !ok {
 		return ln
@@ -61,7 +61,7 @@ func newRawListener(ln net.Listener, keepAlive bool) net.Listener {
 		f.Close()
 		return ln
 	}
-	l := &rawListener{TCPListener: tl, f: f, rc: rc, keepAlive: keepAlive}
+	l := &rawListener{TCPListener: tl, f: f, rc: rc}
 	l.acceptFn = l.accept
 	return l
 }
@@ -157,9 +157,6 @@ func (l *rawListener) newConn() (net.Conn, error) {
 	c, err := acceptedSock(l.nfd, sockaddrTCP(&l.rsa), l.TCPListener)
 	if err != nil {
 		return nil, err
-	}
-	if l.keepAlive {
-		c.rc.Control(setKeepAlive)
 	}
 	return c, nil
 }

@@ -185,7 +185,7 @@ func TestUnreadInput(t *testing.T) {
 		}
 	}
 	t.Run("eof", func(t *testing.T) {
-		c, client, _ := rawPair(t, "tcp4", "127.0.0.1:0", false)
+		c, client, _ := rawPair(t, "tcp4", "127.0.0.1:0")
 		io.WriteString(client, "abc")
 		client.(*net.TCPConn).CloseWrite()
 		read(t, c, 3)
@@ -198,7 +198,7 @@ func TestUnreadInput(t *testing.T) {
 		}
 	})
 	t.Run("close asked", func(t *testing.T) {
-		c, client, _ := rawPair(t, "tcp4", "127.0.0.1:0", false)
+		c, client, _ := rawPair(t, "tcp4", "127.0.0.1:0")
 		io.WriteString(client, "abc")
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if n, err := c.Read(make([]byte, 64)); err != nil || n != 3 {
@@ -213,7 +213,7 @@ func TestUnreadInput(t *testing.T) {
 		until(t, "the bytes after to arrive", hc.unreadInput)
 	})
 	t.Run("full read", func(t *testing.T) {
-		c, client, _ := rawPair(t, "tcp4", "127.0.0.1:0", false)
+		c, client, _ := rawPair(t, "tcp4", "127.0.0.1:0")
 		io.WriteString(client, "abcmore")
 		until(t, "the bytes to arrive", func() bool { return pendingInput(c) })
 		read(t, c, 3) // a read that filled its buffer: more may wait

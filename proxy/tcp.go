@@ -22,6 +22,8 @@ type tcpFrontend struct {
 	proxyProtocol bool
 	acc           acceptor
 	streams       sync.WaitGroup // proxied streams
+	// gp runs the streams' goroutines, two a stream.
+	gp *goPool
 
 	mu      sync.Mutex            // protects conns and closing
 	conns   map[net.Conn]net.Conn // client to upstream (nil while dialing)
@@ -29,7 +31,7 @@ type tcpFrontend struct {
 }
 
 func newTCPFrontend(name string, p *Proxy, b *backend) *tcpFrontend {
-	return &tcpFrontend{name: name, p: p, backend: b, conns: make(map[net.Conn]net.Conn)}
+	return &tcpFrontend{name: name, p: p, backend: b, conns: make(map[net.Conn]net.Conn), gp: newGoPool(maxIdleGoroutines)}
 }
 
 func (f *tcpFrontend) serve(lns []net.Listener) {
@@ -38,9 +40,15 @@ func (f *tcpFrontend) serve(lns []net.Listener) {
 		f.conns[c] = nil
 		f.mu.Unlock()
 		f.streams.Add(1)
-		go f.proxy(c)
+		f.gp.Go(func() { f.proxy(c) })
 	})
 }
+
+// keepAliveAfter is how long a TCP stream lives before TCP keep-alive is
+// turned on for both of its connections (so that a peer gone without a
+// word is noticed): a short stream (connect, a message, close) does not
+// pay the eight system calls.
+const keepAliveAfter = time.Second
 
 // proxy copies one stream both ways, passing half-closes along, until both
 // directions have ended. A PROXY header, when the listener wants one, is
@@ -128,7 +136,12 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 	if closing {
 		return
 	}
-	in, out := join(c, c, up, up)
+	ka := time.AfterFunc(keepAliveAfter, func() {
+		keepAlive(raw)
+		keepAlive(up)
+	})
+	in, out := join(c, c, up, up, f.gp.Go)
+	ka.Stop()
 	if e != nil {
 		e.bytesIn, e.bytesOut = in, out
 	}
@@ -155,4 +168,5 @@ func (f *tcpFrontend) drain(ctx context.Context) {
 		f.mu.Unlock()
 		<-done
 	}
+	f.gp.close()
 }
