@@ -318,11 +318,20 @@ func (b *backend) dialStream(ctx context.Context) (net.Conn, *endpoint, error) {
 		start := time.Now()
 		// Keep-alive waits for the stream to live (tcpFrontend's
 		// keepAliveAfter): a short one does not pay its system calls.
-		d := b.dialer
-		d.KeepAlive = -1
-		c, err := d.DialContext(ctx, "tcp", ep.addr)
-		if err == nil {
-			c = newSockConn(c)
+		var c net.Conn
+		var sc *sockConn
+		raw, err := false, error(nil)
+		if ctx.Done() == nil { // dialRaw cannot be cancelled
+			sc, raw, err = dialRaw(ep.addr, b.dialer.Timeout)
+		}
+		if raw && err == nil {
+			c = sc
+		} else if !raw {
+			d := b.dialer
+			d.KeepAlive = -1
+			if c, err = d.DialContext(ctx, "tcp", ep.addr); err == nil {
+				c = newSockConn(c)
+			}
 		}
 		if err == nil && ep.tlsConf != nil {
 			c, err = b.handshake(ctx, c, ep.tlsConf)

@@ -196,14 +196,14 @@ func ntohs(p uint16) uint16 {
 	return uint16(b[0])<<8 | uint16(b[1])
 }
 
-// acceptedConn is a TCP connection that rawListener took: its socket as
-// an *os.File, which waits in the runtime's poller (deadlines included) as
-// a net.TCPConn does.
+// acceptedConn is a TCP connection that rawListener took (or dialRaw
+// made): its socket as an *os.File, which waits in the runtime's poller
+// (deadlines included) as a net.TCPConn does.
 type acceptedConn struct {
 	f      *os.File
 	rc     syscall.RawConn
 	remote *net.TCPAddr
-	ln     *net.TCPListener // for LocalAddr when the socket cannot say
+	ln     *net.TCPListener // for LocalAddr when the socket cannot say; nil when dialed
 	local  net.Addr
 }
 
@@ -216,7 +216,10 @@ func (c *acceptedConn) RemoteAddr() net.Addr        { return c.remote }
 // socket the first time.
 func (c *acceptedConn) LocalAddr() net.Addr {
 	if c.local == nil {
-		c.local = c.ln.Addr()
+		c.local = &net.TCPAddr{}
+		if c.ln != nil {
+			c.local = c.ln.Addr()
+		}
 		c.rc.Control(func(fd uintptr) {
 			if sa, err := unix.Getsockname(int(fd)); err == nil {
 				switch sa := sa.(type) {
@@ -287,4 +290,73 @@ func deferAccept(ln net.Listener, on bool) {
 		v = 1
 	}
 	rc.Control(func(fd uintptr) { rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, v) })
+}
+
+// dialRaw connects to addr (an IP address and port) as rawListener
+// accepts: a non-blocking socket of its own, waited on in the runtime's
+// poller through an *os.File, within timeout. What net.Dialer adds and a
+// stream does not need: the local and peer addresses asked of the socket
+// (two system calls), TCP_NODELAY at once (sockConn sets it before the
+// second write). It returns the connection as a sockConn; ok is false
+// when addr is not an IP address and port (the caller dials otherwise).
+func dialRaw(addr string, timeout time.Duration) (c *sockConn, ok bool, err error) {
+	ap, perr := netip.ParseAddrPort(addr)
+	if perr != nil {
+		return nil, false, nil
+	}
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	var family int
+	var sa unix.Sockaddr
+	if ap.Addr().Is4() {
+		family, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	} else {
+		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, true, os.NewSyscallError("socket", err)
+	}
+	connected := false
+	switch err := unix.Connect(fd, sa); err {
+	case nil:
+		connected = true
+	case unix.EINPROGRESS:
+	default:
+		unix.Close(fd)
+		return nil, true, &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ap), Err: os.NewSyscallError("connect", err)}
+	}
+	c, err = acceptedSock(fd, net.TCPAddrFromAddrPort(ap), nil)
+	if err != nil {
+		return nil, true, err
+	}
+	if !connected {
+		// Writable once the connection is made or failed. Each look asks
+		// connect again, which says where it stands (EISCONN: made;
+		// EALREADY: under way; else why it failed): RawConn.Write forgets
+		// the readiness the poller saw before it, so a look must come
+		// before every wait.
+		var soErr error
+		if timeout > 0 {
+			c.Conn.SetWriteDeadline(time.Now().Add(timeout))
+		}
+		werr := c.rc.Write(func(fd uintptr) bool {
+			switch err := unix.Connect(int(fd), sa); err {
+			case unix.EALREADY, unix.EINPROGRESS, unix.EINTR:
+				return false
+			case nil, unix.EISCONN:
+			default:
+				soErr = err
+			}
+			return true
+		})
+		c.Conn.SetWriteDeadline(time.Time{})
+		if werr == nil && soErr != nil {
+			werr = os.NewSyscallError("connect", soErr)
+		}
+		if werr != nil {
+			c.Conn.Close()
+			return nil, true, &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ap), Err: werr}
+		}
+	}
+	return c, true, nil
 }

@@ -193,3 +193,49 @@ func TestDeferAccept(t *testing.T) {
 		t.Fatal("TCP_DEFER_ACCEPT not cleared")
 	}
 }
+
+// dialRaw connects as net.Dialer does, to IPv4 and IPv6 addresses, with
+// TCP_NODELAY left for the second write and the addresses known; a port
+// nobody listens on is a connect error (ECONNREFUSED), and a name is left
+// to the caller.
+func TestDialRaw(t *testing.T) {
+	for _, network := range []string{"tcp4", "tcp6"} {
+		addr := map[string]string{"tcp4": "127.0.0.1:0", "tcp6": "[::1]:0"}[network]
+		ln, err := net.Listen(network, addr)
+		if err != nil {
+			t.Skipf("listen %s: %v", network, err)
+		}
+		defer ln.Close()
+		c, ok, err := dialRaw(ln.Addr().String(), 5*time.Second)
+		if !ok || err != nil {
+			t.Fatalf("%s: dialRaw %v %v", network, ok, err)
+		}
+		defer c.Close()
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if c.RemoteAddr().String() != ln.Addr().String() || c.LocalAddr().String() != s.RemoteAddr().String() {
+			t.Errorf("%s: addresses %s -> %s, the server saw %s -> %s", network, c.LocalAddr(), c.RemoteAddr(), s.RemoteAddr(), ln.Addr())
+		}
+		if sockoptInt(t, c, unix.IPPROTO_TCP, unix.TCP_NODELAY) != 0 || sockoptInt(t, c, unix.SOL_SOCKET, unix.SO_KEEPALIVE) != 0 {
+			t.Errorf("%s: TCP_NODELAY or keep-alive set at connect", network)
+		}
+		go s.Write([]byte("hello"))
+		buf := make([]byte, 5)
+		c.Conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "hello" {
+			t.Errorf("%s: read %q %v", network, buf, err)
+		}
+	}
+	ln, _ := net.Listen("tcp4", "127.0.0.1:0")
+	free := ln.Addr().String()
+	ln.Close()
+	if _, ok, err := dialRaw(free, 5*time.Second); !ok || !errors.Is(err, unix.ECONNREFUSED) {
+		t.Errorf("a closed port: %v %v, want ECONNREFUSED", ok, err)
+	}
+	if _, ok, _ := dialRaw("localhost:80", time.Second); ok {
+		t.Error("a name was dialled: the caller resolves names")
+	}
+}

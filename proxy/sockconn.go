@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -69,6 +70,9 @@ type sockConn struct {
 
 	// fd is the socket's descriptor (-1: unknown), for an idleSet.
 	fd int32
+	// wclosed: CloseWrite sent the FIN already, so Close need not
+	// (Close may come from another goroutine: the drain's).
+	wclosed atomic.Bool
 }
 
 // newSockConn returns c as a sockConn, or c itself when it is not plain
@@ -94,28 +98,42 @@ func newSockConnRaw(c net.Conn, rc syscall.RawConn) *sockConn {
 	return s
 }
 
-// CloseWrite shuts down the writing side of the connection.
+// CloseWrite shuts down the writing side of the connection (the peer
+// reads EOF), with a raw system call, as Close sends its FIN.
 func (c *sockConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
+	var errno syscall.Errno
+	if err := c.rc.Control(func(fd uintptr) { errno = shutdownWrite(fd) }); err != nil {
+		return err
+	}
+	c.wclosed.Store(true)
+	if errno != 0 {
+		return os.NewSyscallError("shutdown", errno)
+	}
+	return nil
+}
+
+// Close closes the connection. Its FIN is sent first by a shutdown made
+// as a raw system call (unless CloseWrite sent it): that is where the
+// kernel does the work of closing (on loopback the peer's side of it too,
+// tens of microseconds on a busy machine), and a system call announced to
+// the scheduler that takes so long lets the runtime's monitor hand the
+// processor to another thread. The close that follows only lets go of
+// the descriptor.
+func (c *sockConn) Close() error {
+	if !c.wclosed.Load() {
+		c.rc.Control(shutdownWriteFn)
 	}
 	return c.Conn.Close()
 }
 
-// Close closes the connection. Its FIN is sent first by a shutdown made
-// as a raw system call: that is where the kernel does the work of closing
-// (on loopback the peer's side of it too, tens of microseconds on a busy
-// machine), and a system call announced to the scheduler that takes so
-// long lets the runtime's monitor hand the processor to another thread.
-// The close that follows only lets go of the descriptor.
-func (c *sockConn) Close() error {
-	c.rc.Control(shutdownWrite)
-	return c.Conn.Close()
+// shutdownWrite sends fd's FIN: shutdown(SHUT_WR), raw.
+func shutdownWrite(fd uintptr) syscall.Errno {
+	_, _, e := unix.RawSyscall(unix.SYS_SHUTDOWN, fd, unix.SHUT_WR, 0)
+	return e
 }
 
-func shutdownWrite(fd uintptr) {
-	unix.RawSyscall(unix.SYS_SHUTDOWN, fd, unix.SHUT_WR, 0)
-}
+// shutdownWriteFn is shutdownWrite for RawConn.Control.
+func shutdownWriteFn(fd uintptr) { shutdownWrite(fd) }
 
 // SyscallConn returns the connection's socket.
 func (c *sockConn) SyscallConn() (syscall.RawConn, error) { return c.rc, nil }
