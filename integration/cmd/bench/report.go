@@ -29,8 +29,20 @@ func keptBlock(path string) string {
 	if i < 0 || j < i {
 		return "\n" + gatewayBegin + "\n" + gatewayEnd + "\n"
 	}
-	return "\n" + s[i:j+len(gatewayEnd)] + "\n"
+	kept := s[i : j+len(gatewayEnd)]
+	// The Ingress section (scripts/bench-ingress.sh) follows the Gateway
+	// API's: kept too.
+	if k, l := strings.Index(s, ingressBegin), strings.Index(s, ingressEnd); k > j && l > k {
+		kept += "\n\n" + s[k:l+len(ingressEnd)]
+	}
+	return "\n" + kept + "\n"
 }
+
+// The Ingress section's markers (scripts/bench-ingress.sh).
+const (
+	ingressBegin = "<!-- ingress: begin"
+	ingressEnd   = "<!-- ingress: end -->"
+)
 
 func report(r *Results) string {
 	var b strings.Builder
