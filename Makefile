@@ -115,11 +115,12 @@ conformance: kubebin testdeps
 		-version=$(VERSION) -contact=https://github.com/baton-proxy/baton/issues
 
 # The container image (Dockerfile), with docker or podman, whichever is
-# installed.
+# installed; `make image OPENSSL=1` the variant whose workers sign RSA keys
+# in OpenSSL (the Dockerfile's openssl target).
 IMAGE ?= baton:latest
 image:
 	@tool=$$(command -v docker || command -v podman) || { echo "make image: needs docker or podman"; exit 1; }; \
-	$$tool build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+	$$tool build --build-arg VERSION=$(VERSION) $(if $(filter 1,$(OPENSSL)),--target openssl) -t $(IMAGE) .
 
 clean:
 	rm -rf bin
