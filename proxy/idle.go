@@ -168,8 +168,11 @@ func (s *idleSet) take(fd int, seq uint32) (parkedConn, bool) {
 // their idle timeouts, until the set stops.
 func (s *idleSet) run() {
 	defer close(s.done)
+	next := time.Now().Add(idleScan) // the next look at the idle timeouts
 	for {
-		s.ep.SetReadDeadline(time.Now().Add(idleScan))
+		// The deadline is the next look's, not a scan's length from now:
+		// connections woken more often than that must not put it off.
+		s.ep.SetReadDeadline(next)
 		err := s.rc.Read(s.waitFn)
 		for i, w := range s.woken {
 			s.woken[i] = woken{}
@@ -180,12 +183,12 @@ func (s *idleSet) run() {
 			}
 		}
 		s.woken = s.woken[:0]
-		switch {
-		case err == nil:
-		case isTimeout(err):
-			s.expire(time.Now())
-		default:
+		if err != nil && !isTimeout(err) {
 			return // stopped
+		}
+		if now := time.Now(); !now.Before(next) {
+			s.expire(now)
+			next = now.Add(idleScan)
 		}
 	}
 }

@@ -133,6 +133,38 @@ func TestParkedConnectionTimesOut(t *testing.T) {
 	waitUntil(t, "not counted", func() bool { return parked(p) == 0 && p.stats.conns.Load() == 0 })
 }
 
+// The idle timeout holds while other parked connections wake all the time:
+// the set's look at the timeouts is not put off by its wake-ups.
+func TestParkedConnectionTimesOutBesideBusyOnes(t *testing.T) {
+	cfg := strings.Replace(webConfig(hostOf(okBackend(t))), "http:\n", "http:\n  idleTimeout: 2s\n", 1)
+	p, web, _ := startProxy(t, cfg)
+	quiet, qbr := dialWeb(t, web)
+	busy, bbr := dialWeb(t, web)
+	rawGet(t, quiet, qbr)
+	rawGet(t, busy, bbr)
+	waitUntil(t, "both parked", func() bool { return parked(p) == 2 })
+	closed := make(chan error, 1)
+	go func() {
+		_, err := qbr.ReadByte()
+		closed <- err
+	}()
+	// The busy one parks and wakes every 150 ms (parkAfter is 100).
+	deadline := time.After(6 * time.Second)
+	for {
+		select {
+		case err := <-closed:
+			if err != io.EOF {
+				t.Fatalf("the quiet connection: %v, want EOF at its idle timeout", err)
+			}
+			return
+		case <-deadline:
+			t.Fatal("the quiet connection outlived its idle timeout (2s) by 4s while another woke every 150ms")
+		case <-time.After(150 * time.Millisecond):
+			rawGet(t, busy, bbr)
+		}
+	}
+}
+
 // A drain closes parked connections after its grace, as it closes idle
 // ones (TestDrainClosesKeepAliveConnectionsSafely); a request on a parked
 // connection during the grace is answered, with Connection: close.
