@@ -615,5 +615,31 @@ func goals(r *Results) string {
 	if m, ok := r.Memory["baton"]; ok {
 		w("- Supervisor RSS (goal ≤ 15 MiB): %.1f MiB, of which %.1f MiB its own and the rest pages of the binary it shares with its workers.\n", float64(m.MasterRSSKiB)/1024, float64(m.MasterPrivateKiB)/1024)
 	}
+	// Issue 23: what a connection costs.
+	if ok && ok2 && bs.NewConn != nil && ns.NewConn != nil {
+		w("- New connections (goal ≥ 1.0× nginx, p99 ≤ nginx's): %.2f× nginx, p99 %.2f× nginx's.\n",
+			ratio(bs.NewConn.RPS(), ns.NewConn.RPS()), ratio(bs.NewConn.Latency.P99, ns.NewConn.Latency.P99))
+	}
+	echoes := func(x *load.Result) float64 { return float64(x.Echoes) / x.Duration }
+	if ok && ok2 && bs.TCP != nil && ns.TCP != nil {
+		w("- TCP (goal ≥ 1.0× nginx's stream module): echoes on long streams %.2f×", ratio(echoes(bs.TCP), echoes(ns.TCP)))
+		if bs.TCPShort != nil && ns.TCPShort != nil {
+			w(", short connections (connect, echo, close) %.2f×", ratio(echoes(bs.TCPShort), echoes(ns.TCPShort)))
+		}
+		w(".\n")
+	}
+	for _, set := range []struct {
+		what string
+		m    map[string]idleResult
+	}{{"HTTP/1.1", r.Idle}, {"HTTP/2 over TLS", r.IdleH2}} {
+		if bi, ni := set.m["baton"], set.m["nginx"]; bi.Conns > 0 && ni.Conns > 0 && ni.BytesPerConn > 0 {
+			w("- Idle %s connections (goal ≤ 2× nginx's memory a connection): %.0f bytes, %.2f× nginx's %.0f; %d MiB %s after they closed (from %d before).\n",
+				set.what, bi.BytesPerConn, bi.BytesPerConn/ni.BytesPerConn, ni.BytesPerConn, bi.RSSClosedKiB/1024, r.Settings.IdleGiveBack, bi.RSSBeforeKiB/1024)
+		}
+	}
+	if bi, ni := r.IdleMany["baton"], r.IdleMany["nginx"]; bi.Conns > 0 && ni.Conns > 0 {
+		w("- %d idle connections (goal: served, a request on one within nginx's p99): served; a request on an idle one p99 %.2f ms, nginx's %.2f ms.\n",
+			bi.Conns, bi.WakeP99, ni.WakeP99)
+	}
 	return b.String()
 }
