@@ -360,3 +360,64 @@ func TestTLSOpenSSLBuild(t *testing.T) {
 		t.Errorf("no worker said its RSA keys sign in OpenSSL:\n%s", logs)
 	}
 }
+
+// A tcp listener with tls.mode passthrough, with the real binary: each
+// HTTPS client reaches the backend its server name routes to and verifies
+// that backend's own certificate (baton holds no key), before and after
+// a handoff; a name no route takes is closed without a word.
+func TestTLSPassthrough(t *testing.T) {
+	s := newTLSSetup(t)
+	serve := func(name, cert, key string) string {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "backend "+name) }))
+		ts.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+		ts.StartTLS()
+		t.Cleanup(ts.Close)
+		return strings.TrimPrefix(ts.URL, "https://")
+	}
+	a, b := serve("a", s.aCert, s.aKey), serve("b", s.bCert, s.bKey)
+	be := startBackend(t)
+	cfg := options{workers: 2, reusePort: true}.configYAML(be)
+	cfg = strings.Replace(cfg, "listeners:\n", `listeners:
+  - name: pass
+    address: "127.0.0.1:0"
+    protocol: tcp
+    reusePort: true
+    tls: {mode: passthrough}
+`, 1)
+	cfg = strings.Replace(cfg, "backends:\n", fmt.Sprintf("backends:\n  - {name: a, static: [%q]}\n  - {name: b, static: [%q]}\n", a, b), 1)
+	cfg += "  - {listener: pass, host: a.example, backend: a}\n  - {listener: pass, host: b.example, backend: b}\n"
+	bt := startBaton(t, cfg)
+	addr := bt.Address("pass")
+	get := func(name string) (string, error) {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: s.client(name), DisableKeepAlives: true}}
+		req, _ := http.NewRequest("GET", "https://"+addr+"/", nil)
+		req.Host = name
+		resp, err := c.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return string(body), err
+	}
+	check := func(when string) {
+		t.Helper()
+		for name, want := range map[string]string{"a.example": "backend a", "b.example": "backend b"} {
+			if got, err := get(name); err != nil || got != want {
+				t.Errorf("%s, SNI %s: %q %v, want %q", when, name, got, err, want)
+			}
+		}
+		if got, err := get("c.example"); err == nil {
+			t.Errorf("%s, SNI c.example, which no route takes: %q", when, got)
+		}
+	}
+	check("first generation")
+	if h := bt.SIGHUP(); h.Outcome != supervisor.OutcomeOK {
+		t.Fatalf("handoff: %+v", h)
+	}
+	check("after a handoff")
+}

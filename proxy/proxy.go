@@ -195,7 +195,7 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 			return fmt.Errorf("listener %q: no socket handed over", lc.Name)
 		}
 		var tc *tls.Config
-		if lc.TLS != nil {
+		if lc.TLS != nil && !lc.TLS.Passthrough() {
 			alpn := []string{"h2", "http/1.1"}
 			if lc.Protocol == config.ProtocolTCP {
 				alpn = nil
@@ -217,12 +217,16 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 			p.https = append(p.https, f)
 			f.serve(lns)
 		case config.ProtocolTCP:
-			rule, _ := p.routes.Load().Match(lc.Name, &route.Request{Path: []byte("/")})
-			if rule == nil || len(rule.Backends) == 0 {
-				return fmt.Errorf("listener %q: no route", lc.Name)
+			var b *backend // passthrough: each connection's, by its server name
+			if !lc.TLS.Passthrough() {
+				rule, _ := p.routes.Load().Match(lc.Name, &route.Request{Path: []byte("/")})
+				if rule == nil || len(rule.Backends) == 0 {
+					return fmt.Errorf("listener %q: no route", lc.Name)
+				}
+				b = rule.Backends[0].Target
 			}
-			f := newTCPFrontend(lc.Name, p, rule.Backends[0].Target)
-			f.tls, f.proxyProtocol = tc, lc.ProxyProtocol
+			f := newTCPFrontend(lc.Name, p, b)
+			f.tls, f.proxyProtocol, f.passthrough = tc, lc.ProxyProtocol, lc.TLS.Passthrough()
 			p.tcps = append(p.tcps, f)
 			f.serve(lns)
 		}

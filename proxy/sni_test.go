@@ -2,8 +2,12 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -168,4 +172,115 @@ func FuzzClientHello(f *testing.F) {
 			t.Fatalf("crypto/tls reads server name %q; readClientHello %q, %v", stdName, name, err)
 		}
 	})
+}
+
+// tlsEcho serves TLS as name (a self-signed certificate of that name) on
+// loopback and answers each connection "I am NAME\n"; it returns its
+// address.
+func tlsEcho(t *testing.T, name string) string {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c := selfSigned(t, name, key)
+	pair, err := tls.X509KeyPair(c.CertPEM, c.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.WriteString(c, "I am "+name+"\n")
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A tcp listener with tls.mode passthrough (issue 24; nginx's
+// ssl_preread, the Gateway API's TLSRoute Passthrough) routes each TLS
+// connection by its ClientHello's server name, exact before "*.", a route
+// without host taking the rest and hellos without SNI, and hands it to
+// the backend whole, ClientHello included: the client completes its
+// handshake with the backend's own certificate (baton holds no key). A
+// name no route takes, or a connection that is not TLS, is closed with
+// nothing sent.
+func TestTLSPassthrough(t *testing.T) {
+	a, b, rest := tlsEcho(t, "a.example"), tlsEcho(t, "x.b.example"), tlsEcho(t, "rest.example")
+	cfg := fmt.Sprintf(`
+controlSocket: /tmp/unused.sock
+listeners:
+  - name: echo
+    address: @TCP@
+    protocol: tcp
+    tls: {mode: passthrough}
+backends:
+  - {name: a, static: [%q]}
+  - {name: b, static: [%q]}
+  - {name: rest, static: [%q]}
+routes:
+  - {listener: echo, host: a.example, backend: a}
+  - {listener: echo, hostnames: ["*.b.example"], backend: b}
+  - {listener: echo, backend: rest}
+`, a, b, rest)
+	_, _, withRest := startProxy(t, cfg)
+	_, _, hostsOnly := startProxy(t, strings.Replace(cfg, "  - {listener: echo, backend: rest}\n", "", 1))
+	tcp := withRest
+	dial := func(sni string, pq bool) (string, error) {
+		cc := &tls.Config{ServerName: sni, InsecureSkipVerify: true}
+		if pq {
+			cc.CurvePreferences = []tls.CurveID{tls.X25519MLKEM768} // a hello of more than 1,200 bytes
+		}
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", tcp, cc)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		line, err := io.ReadAll(c)
+		return strings.TrimSpace(string(line)), err
+	}
+	for _, tc := range []struct {
+		sni  string
+		pq   bool
+		want string
+	}{
+		{"a.example", false, "I am a.example"},
+		{"A.Example", false, "I am a.example"},
+		{"x.b.example", true, "I am x.b.example"},
+		{"other.example", false, "I am rest.example"},
+		{"b.example", false, "I am rest.example"}, // "*.b.example" takes a label more
+		{"127.0.0.1", false, "I am rest.example"}, // no SNI (crypto/tls sends none for an address)
+	} {
+		got, err := dial(tc.sni, tc.pq)
+		if err != nil || got != tc.want {
+			t.Errorf("SNI %s: %q %v, want %q", tc.sni, got, err, tc.want)
+		}
+	}
+	// Without the route for the rest, no route takes these: closed with
+	// nothing sent (no alert).
+	tcp = hostsOnly
+	for _, sni := range []string{"other.example", "127.0.0.1"} {
+		if got, err := dial(sni, false); err == nil || !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "reset") {
+			t.Errorf("SNI %s, which no route takes: %q %v, want the connection closed", sni, got, err)
+		}
+	}
+	c, err := net.Dial("tcp", tcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n")
+	if b, err := io.ReadAll(c); len(b) != 0 {
+		t.Errorf("a connection that is not TLS: answered %q %v", b, err)
+	}
 }

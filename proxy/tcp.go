@@ -9,15 +9,21 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/proxy/proxyproto"
+	"github.com/baton-proxy/baton/proxy/route"
 	"go.uber.org/zap"
 )
 
-// tcpFrontend proxies raw TCP streams from one listener to a backend.
+// tcpFrontend proxies raw TCP streams from one listener to a backend, or,
+// with passthrough, each TLS connection to the backend of the route its
+// ClientHello's server name picks.
 type tcpFrontend struct {
 	name    string
 	p       *Proxy
-	backend *backend
+	backend *backend    // nil with passthrough
 	tls     *tls.Config // terminate TLS when set
+	// passthrough: route by the server name of each connection's
+	// ClientHello (tls.mode passthrough), and pass the TLS through.
+	passthrough bool
 	// proxyProtocol: each connection starts with a PROXY header.
 	proxyProtocol bool
 	acc           acceptor
@@ -111,21 +117,42 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 			e.tlsVersion, e.sni = tlsVersionName(st.Version), st.ServerName
 		}
 	}
+	b, hello := f.backend, []byte(nil)
+	if f.passthrough {
+		var sni string
+		var ok bool
+		if b, hello, sni, ok = f.route(c); !ok {
+			return // closed with nothing sent, as the Gateway API asks of a name no route takes
+		}
+		if e != nil {
+			e.sni = sni
+		}
+	}
 	f.p.stats.requests.Add(1)
-	f.backend.requests.Add(1)
+	b.requests.Add(1)
 	dialStart := time.Now()
-	up, ep, err := f.backend.dialStream(context.Background())
+	up, ep, err := b.dialStream(context.Background())
 	if e != nil {
-		e.backend, e.upstream, e.status = f.backend.name, time.Since(dialStart), http.StatusBadGateway
+		e.backend, e.upstream, e.status = b.name, time.Since(dialStart), http.StatusBadGateway
 	}
 	if err != nil {
 		f.p.stats.errors.Add(1)
 		f.p.stats.failures.Add(1)
-		f.backend.errors.Add(1)
+		b.errors.Add(1)
 		f.p.log.Debug("tcp upstream", zap.String("listener", f.name), zap.Error(err))
 		return
 	}
 	defer up.Close()
+	if len(hello) > 0 {
+		// The ClientHello as it came, then the stream.
+		up.SetWriteDeadline(time.Now().Add(clientWriteTimeout))
+		_, err := up.Write(hello)
+		up.SetWriteDeadline(time.Time{})
+		if err != nil {
+			f.p.log.Debug("tcp upstream", zap.String("listener", f.name), zap.Error(err))
+			return
+		}
+	}
 	if e != nil {
 		e.endpoint, e.status = ep.addr, http.StatusOK
 	}
@@ -145,6 +172,30 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 	if e != nil {
 		e.bytesIn, e.bytesOut = in, out
 	}
+}
+
+// route reads c's ClientHello (within http.readHeaderTimeout) and picks
+// the backend of the route that takes its server name (a connection
+// without one: the route without host). It returns the hello's records,
+// for the backend; ok is false when the connection is to close: not a
+// ClientHello, or no route takes the name.
+func (f *tcpFrontend) route(c net.Conn) (b *backend, hello []byte, sni string, ok bool) {
+	c.SetReadDeadline(time.Now().Add(f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
+	hello, sni, err := readClientHello(c, maxClientHello)
+	c.SetReadDeadline(time.Time{})
+	if err != nil {
+		f.p.log.Debug("tls passthrough: no ClientHello", zap.String("listener", f.name), zap.Stringer("client", c.RemoteAddr()), zap.Error(err))
+		return nil, nil, "", false
+	}
+	rule, _ := f.p.routes.Load().Match(f.name, &route.Request{Host: []byte(sni), Path: []byte("/")})
+	if rule == nil {
+		f.p.log.Debug("tls passthrough: no route", zap.String("listener", f.name), zap.String("sni", sni))
+		return nil, nil, sni, false
+	}
+	if b, ok = rule.Pick(); !ok || b == nil {
+		return nil, nil, sni, false
+	}
+	return b, hello, sni, true
 }
 
 // drain lets the streams finish; at ctx's end it closes them.

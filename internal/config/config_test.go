@@ -165,8 +165,51 @@ routes:
 	if _, err := Parse([]byte(base + "  - listener: db\n    backend: pg\n")); err == nil || !strings.Contains(err.Error(), "tcp and already has a route") {
 		t.Errorf("second tcp route: %v", err)
 	}
-	if _, err := Parse([]byte(strings.Replace(base, "backend: pg\n", "backend: pg\n    pathPrefix: /x\n", 1))); err == nil || !strings.Contains(err.Error(), "only backend applies") {
+	if _, err := Parse([]byte(strings.Replace(base, "backend: pg\n", "backend: pg\n    pathPrefix: /x\n", 1))); err == nil || !strings.Contains(err.Error(), "no path, matches") {
 		t.Errorf("tcp route with a path: %v", err)
+	}
+	if _, err := Parse([]byte(strings.Replace(base, "backend: pg\n", "backend: pg\n    host: db.example\n", 1))); err == nil || !strings.Contains(err.Error(), "a host needs tls.mode passthrough") {
+		t.Errorf("tcp route with a host, without passthrough: %v", err)
+	}
+}
+
+// A tcp listener with tls.mode passthrough (issue 24) routes TLS by the
+// ClientHello's server name: its routes may name hosts (exact or "*."),
+// several of them, one without host for the rest; it holds no key, so
+// certificates and the like are refused; an http listener cannot pass
+// TLS through (it must read requests).
+func TestTLSPassthroughListener(t *testing.T) {
+	base := `
+listeners:
+  - name: tls
+    address: "127.0.0.1:8443"
+    protocol: tcp
+    tls: {mode: passthrough}
+backends:
+  - {name: a, static: ["127.0.0.1:9001"]}
+  - {name: b, static: ["127.0.0.1:9002"]}
+  - {name: rest, static: ["127.0.0.1:9003"]}
+routes:
+  - {listener: tls, host: a.example, backend: a}
+  - {listener: tls, hostnames: ["*.b.example"], backend: b}
+  - {listener: tls, backend: rest}
+`
+	c, err := Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Listeners[0].TLS.Passthrough() {
+		t.Error("tls.mode passthrough not read")
+	}
+	for _, tc := range []struct{ what, from, to, want string }{
+		{"a certificate", "tls: {mode: passthrough}", "tls: {mode: passthrough, certificates: [{certFile: /c, keyFile: /k}]}", "holds no key"},
+		{"an unknown mode", "mode: passthrough", "mode: sideways", "terminate or passthrough"},
+		{"an http listener", "protocol: tcp", "protocol: http", "needs protocol tcp"},
+		{"a host with a port", "host: a.example", "host: a.example:443", "without port"},
+	} {
+		if _, err := Parse([]byte(strings.Replace(base, tc.from, tc.to, 1))); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.what, err, tc.want)
+		}
 	}
 }
 

@@ -9,8 +9,17 @@ import (
 	"time"
 )
 
-// ListenerTLS terminates TLS on a listener.
+// ListenerTLS terminates TLS on a listener, or, on a tcp listener with
+// Mode passthrough, routes TLS connections by the server name of their
+// ClientHello without terminating them.
 type ListenerTLS struct {
+	// Mode is TLSTerminate (default) or TLSPassthrough: a tcp listener
+	// reads each connection's ClientHello (SNI), picks the route whose
+	// host takes that name (exact, or "*." and a suffix; a route without
+	// host takes the rest, and connections without SNI), and hands the
+	// connection, its ClientHello included, to the route's backend as a
+	// TCP stream. baton holds no key: the backend terminates TLS.
+	Mode string `json:"mode,omitempty"`
 	// Certificates are the server's certificates; SNI picks one by its
 	// names, and the first is the default.
 	Certificates []Certificate `json:"certificates"`
@@ -103,10 +112,29 @@ func TLSVersion(v string) (uint16, bool) {
 	return 0, false
 }
 
+// ListenerTLS.Mode values.
+const (
+	TLSTerminate   = "terminate"
+	TLSPassthrough = "passthrough"
+)
+
+// Passthrough reports whether t routes TLS without terminating it.
+func (t *ListenerTLS) Passthrough() bool { return t != nil && t.Mode == TLSPassthrough }
+
 // checkTLS validates a listener's TLS settings (not the files). A route
 // provider's listener may have no certificate of its own: its
 // certificates come with the routing (RoutingHead).
 func checkTLS(t *ListenerTLS, where string, provided bool, bad func(string, ...any)) {
+	switch t.Mode {
+	case "", TLSTerminate:
+	case TLSPassthrough:
+		if len(t.Certificates) > 0 || t.ClientCA != "" {
+			bad("%s: tls.mode passthrough holds no key and terminates nothing: no certificates or clientCA", where)
+		}
+		return
+	default:
+		bad("%s: tls.mode must be terminate or passthrough, not %q", where, t.Mode)
+	}
 	if _, ok := TLSVersion(t.MinVersion); !ok {
 		bad("%s: tls.minVersion must be 1.2 or 1.3 (older TLS is refused), not %q", where, t.MinVersion)
 	}

@@ -164,6 +164,9 @@ func (c *Config) validate(offline bool) error {
 		}
 		if l.TLS != nil {
 			checkTLS(l.TLS, where, l.Provider != "", bad)
+			if l.TLS.Passthrough() && l.Protocol != ProtocolTCP {
+				bad("%s: tls.mode passthrough needs protocol tcp (an http listener terminates TLS to read requests)", where)
+			}
 		}
 	}
 
@@ -248,11 +251,21 @@ func (c *Config) validate(offline bool) error {
 			routed[r.Listener]++
 			switch l.Protocol {
 			case ProtocolTCP:
-				if r.Host != "" || len(r.Hostnames) > 0 || r.PathPrefix != "" || r.Path != nil || r.Method != "" || len(r.Headers) > 0 || len(r.QueryParams) > 0 || r.BufferRequestBody != 0 ||
-					r.RequestHeaders != nil || r.ResponseHeaders != nil || r.Redirect != nil || r.Rewrite != nil || len(r.Mirrors) > 0 || r.Timeouts != nil {
-					bad("%s: listener %q is tcp: only backend applies (no host, path, matches, bufferRequestBody or filters)", where, r.Listener)
+				passthrough := l.TLS.Passthrough()
+				if !passthrough && (r.Host != "" || len(r.Hostnames) > 0) {
+					bad("%s: listener %q is tcp: a host needs tls.mode passthrough (routes by the ClientHello's server name)", where, r.Listener)
 				}
-				if routed[r.Listener] > 1 {
+				if r.PathPrefix != "" || r.Path != nil || r.Method != "" || len(r.Headers) > 0 || len(r.QueryParams) > 0 || r.BufferRequestBody != 0 ||
+					r.RequestHeaders != nil || r.ResponseHeaders != nil || r.Redirect != nil || r.Rewrite != nil || len(r.Mirrors) > 0 || r.Timeouts != nil {
+					bad("%s: listener %q is tcp: only host (with tls passthrough) and backend apply (no path, matches, bufferRequestBody or filters)", where, r.Listener)
+				}
+				if passthrough {
+					for _, h := range append([]string{r.Host}, r.Hostnames...) {
+						if err := checkHost(h); err != nil {
+							bad("%s: host %q: %v", where, h, err)
+						}
+					}
+				} else if routed[r.Listener] > 1 {
 					bad("%s: listener %q is tcp and already has a route", where, r.Listener)
 				}
 			case ProtocolHTTP:
