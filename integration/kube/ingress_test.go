@@ -200,9 +200,12 @@ func TestIngressEndToEnd(t *testing.T) {
 		code, be, _ := get(secure, httpsURL, "secure.example")
 		return code == 200 && be == "ing-v1"
 	})
-	if code, _, loc := get(plain, httpURL, "secure.example"); code != http.StatusPermanentRedirect || loc != "https://secure.example/x" {
-		t.Errorf("HTTP to a TLS host: %d Location %q, want 308 to https://secure.example/x", code, loc)
-	}
+	// Each worker applies each routing on its own: the plain client's
+	// worker may not have the one with the TLS host's redirect yet.
+	harness.WaitFor(t, 30*time.Second, "HTTP to the TLS host redirected (308 to https://secure.example/x)", func() bool {
+		code, _, loc := get(plain, httpURL, "secure.example")
+		return code == http.StatusPermanentRedirect && loc == "https://secure.example/x"
+	})
 	if code, _, _ := get(plain, httpURL, "other.example"); code != 404 {
 		t.Errorf("a host no rule takes: %d, want 404", code)
 	}
