@@ -178,6 +178,15 @@ func (b *bench) loadRow(key string, addr func(target) string, args ...string) ro
 func httpAddr(t target) string  { return t.HTTPAddr() }
 func httpsAddr(t target) string { return t.HTTPSAddr() }
 
+// passthroughAddr is where t routes TLS by SNI without terminating it
+// ("": it cannot).
+func passthroughAddr(t target) string {
+	if p, ok := t.(interface{ passthroughAddr() string }); ok {
+		return p.passthroughAddr()
+	}
+	return ""
+}
+
 // speedRows are the throughput rows over plain HTTP and TCP.
 func (b *bench) speedRows() []row {
 	c := strconv.Itoa(b.s.Concurrency)
@@ -223,6 +232,7 @@ func (b *bench) tlsRows() []row {
 		b.loadRow("tls.resumed", httpsAddr, "-tls", "-newconn", c, "-tls-resume"),
 		b.loadRow("tls.keepAlive", httpsAddr, "-tls", "-keepalive", c),
 		b.loadRow("tls.h2", httpsAddr, "-tls", "-h2", c),
+		b.loadRow("tls.passthrough", passthroughAddr, "-tls", "-newconn", c),
 	}
 }
 
@@ -277,6 +287,8 @@ func (b *bench) keep(tallies map[string]map[string]*tally) {
 				b.tls(name, func(t *tlsResult) { t.KeepAlive = res })
 			case "tls.h2":
 				b.tls(name, func(t *tlsResult) { t.H2 = res })
+			case "tls.passthrough":
+				b.tls(name, func(t *tlsResult) { t.Passthrough = res })
 			case "accessLog":
 				if b.res.AccessLog == nil {
 					b.res.AccessLog = &accessLogResult{}

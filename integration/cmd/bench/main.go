@@ -137,6 +137,9 @@ func main() {
 	r.key = "ecdsa"
 
 	be, err := backend.Start("bench", backendHTTP, backendTCP)
+	if err == nil {
+		err = be.ServeTLS(backendTLS)
+	}
 	if err != nil {
 		fatal(err)
 	}
@@ -246,7 +249,7 @@ func (r *Results) dropHistograms() {
 		loads = append(loads, s.KeepAlive, s.NewConn, s.TCP, s.TCPShort)
 	}
 	for _, t := range r.TLS {
-		loads = append(loads, t.FullECDSA, t.FullRSA, t.Resumed, t.KeepAlive, t.H2)
+		loads = append(loads, t.FullECDSA, t.FullRSA, t.Resumed, t.KeepAlive, t.H2, t.Passthrough)
 	}
 	if a := r.AccessLog; a != nil {
 		loads = append(loads, a.Off, a.On)

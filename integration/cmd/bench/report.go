@@ -479,6 +479,19 @@ func tlsReport(r *Results, names []string) string {
 			ratioOf(bt.Resumed, p.Resumed, rps), ratioOf(bt.KeepAlive, p.KeepAlive, rps),
 			ratioOf(bt.KeepAlive, p.KeepAlive, func(x *load.Result) float64 { return x.Latency.P99 }), ratioOf(bt.H2, p.H2, rps))
 	}
+	if pt := r.TLS["baton"].Passthrough; pt != nil {
+		w("\n### TLS passthrough\n\n")
+		w("New TLS connections routed by their ClientHello's server name to the backend, which terminates\n")
+		w("them (one GET each, then close; full handshakes with the backend's certificate): baton\n")
+		w("`tls: {mode: passthrough}`, nginx `ssl_preread` with a map, HAProxy `req.ssl_sni`. Caddy proxies no\n")
+		w("raw TCP without a plugin.\n\n")
+		w("| target | new conn/s | p99 | baton ÷ target |\n|---|---|---|---|\n")
+		for _, n := range names {
+			if p := r.TLS[n].Passthrough; p != nil {
+				w("| %s | %.0f | %.2f | %s |\n", n, p.RPS(), p.Latency.P99, ratioOf(pt, p, func(x *load.Result) float64 { return x.RPS() }))
+			}
+		}
+	}
 	if len(r.TLSHandoffs) > 0 {
 		w("\n### Reloads under TLS load\n\n")
 		w("%s of HTTPS load (4 keep-alive and 4 new-connection GET clients that keep their\n", r.Settings.TLSHandoffRun)
@@ -517,7 +530,7 @@ func accessLogReport(r *Results) string {
 var roundRows = []struct{ key, name string }{
 	{"keepAlive", "keep-alive"}, {"wrk", "wrk"}, {"newConn", "new connections"}, {"tcp", "TCP echoes"}, {"tcpShort", "short TCP connections"},
 	{"tls.fullEcdsa", "TLS full ECDSA"}, {"tls.fullRsa", "TLS full RSA"}, {"tls.resumed", "TLS resumed"},
-	{"tls.keepAlive", "TLS keep-alive"}, {"tls.h2", "HTTP/2"},
+	{"tls.keepAlive", "TLS keep-alive"}, {"tls.h2", "HTTP/2"}, {"tls.passthrough", "TLS passthrough"},
 }
 
 // roundsReport shows, row by row, baton's ratio to nginx in each round: the
@@ -614,6 +627,10 @@ func goals(r *Results) string {
 	}
 	if m, ok := r.Memory["baton"]; ok {
 		w("- Supervisor RSS (goal ≤ 15 MiB): %.1f MiB, of which %.1f MiB its own and the rest pages of the binary it shares with its workers.\n", float64(m.MasterRSSKiB)/1024, float64(m.MasterPrivateKiB)/1024)
+	}
+	if bp, np := r.TLS["baton"].Passthrough, r.TLS["nginx"].Passthrough; bp != nil && np != nil {
+		w("- TLS passthrough (goal ≥ 1.0× nginx's ssl_preread): %.2f× nginx's new connections, p99 %.2f× nginx's.\n",
+			ratio(bp.RPS(), np.RPS()), ratio(bp.Latency.P99, np.Latency.P99))
 	}
 	// Issue 23: what a connection costs.
 	if ok && ok2 && bs.NewConn != nil && ns.NewConn != nil {

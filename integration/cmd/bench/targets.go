@@ -24,6 +24,9 @@ import (
 const (
 	backendHTTP = "127.0.0.1:19000"
 	backendTCP  = "127.0.0.1:19001"
+	// backendTLS serves the same over TLS (a self-signed certificate):
+	// what the TLS passthrough row reaches.
+	backendTLS = "127.0.0.1:19443"
 )
 
 // target is a proxy under test (or the backend itself, "direct").
@@ -154,6 +157,9 @@ func (b *baton) HTTPAddr() string  { return b.addr(80) }
 func (b *baton) TCPAddr() string   { return b.addr(81) }
 func (b *baton) HTTPSAddr() string { return b.addr(443) }
 func (b *baton) addr(p int) string { return "127.0.0.1:" + strconv.Itoa(b.port+p) }
+
+// passthroughAddr is where TLS is routed by SNI without termination.
+func (b *baton) passthroughAddr() string { return b.addr(444) }
 func (b *baton) socket() string    { return filepath.Join(b.dir, "run", "control.sock") }
 
 func (b *baton) Start() error {
@@ -176,10 +182,17 @@ workers: %d
     reusePort: true
     tls:
       certificates: [{certFile: %q, keyFile: %q}]
+  - name: pass
+    address: %s
+    protocol: tcp
+    reusePort: true
+    tls: {mode: passthrough}
 backends:
   - name: app
     static: [%q]
   - name: echo
+    static: [%q]
+  - name: tlsapp
     static: [%q]
 routes:
   - listener: web
@@ -190,7 +203,10 @@ routes:
     backend: app
   - listener: echo
     backend: echo
-`, b.socket(), b.workers, b.tuning(), b.HTTPAddr(), b.TCPAddr(), b.HTTPSAddr(), b.tls.cert, b.tls.key, backendHTTP, backendTCP)
+  - listener: pass
+    host: bench.example
+    backend: tlsapp
+`, b.socket(), b.workers, b.tuning(), b.HTTPAddr(), b.TCPAddr(), b.HTTPSAddr(), b.tls.cert, b.tls.key, b.passthroughAddr(), backendHTTP, backendTCP, backendTLS)
 	if b.accessLog {
 		cfg += fmt.Sprintf("accessLog: {path: %q, format: json}\n", filepath.Join(b.dir, "access.log"))
 	}
@@ -315,6 +331,9 @@ func (n *nginx) TCPAddr() string   { return "127.0.0.1:28081" }
 func (n *nginx) HTTPSAddr() string { return "127.0.0.1:28443" }
 func (n *nginx) conf() string      { return filepath.Join(n.dir, "nginx.conf") }
 
+// passthroughAddr is ssl_preread's: TLS routed by SNI, not terminated.
+func (n *nginx) passthroughAddr() string { return "127.0.0.1:28444" }
+
 func (n *nginx) Start() error {
 	stream := ""
 	if _, err := os.Stat("/usr/lib/nginx/modules/ngx_stream_module.so"); err == nil {
@@ -350,8 +369,11 @@ http {
 }
 stream {
     server { listen %[4]s; proxy_pass %[5]s; }
+    map $ssl_preread_server_name $tlsup { bench.example %[11]s; }
+    server { listen %[10]s; ssl_preread on; proxy_pass $tlsup; }
 }
-`, n.dir, backendHTTP, n.HTTPAddr(), n.TCPAddr(), backendTCP, n.HTTPSAddr(), n.tls.cert, n.tls.key, map[bool]string{false: "keepalive_requests 100000;", true: ""}[n.defaults])
+`, n.dir, backendHTTP, n.HTTPAddr(), n.TCPAddr(), backendTCP, n.HTTPSAddr(), n.tls.cert, n.tls.key, map[bool]string{false: "keepalive_requests 100000;", true: ""}[n.defaults],
+		n.passthroughAddr(), backendTLS)
 	if err := os.WriteFile(n.conf(), []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -396,6 +418,9 @@ func (h *haproxy) HTTPAddr() string  { return "127.0.0.1:29080" }
 func (h *haproxy) TCPAddr() string   { return "127.0.0.1:29081" }
 func (h *haproxy) HTTPSAddr() string { return "127.0.0.1:29443" }
 
+// passthroughAddr is req.ssl_sni's: TLS routed by SNI, not terminated.
+func (h *haproxy) passthroughAddr() string { return "127.0.0.1:29444" }
+
 // haproxyMaxConn is the most HAProxy may take under this machine's limit
 // of 20,000 descriptors a process: it asks for two per connection and 28
 // more, and refuses to start otherwise.
@@ -432,7 +457,16 @@ frontend echo
 backend echo
     mode tcp
     server s1 %[5]s
-`, h.dir, h.HTTPAddr(), backendHTTP, h.TCPAddr(), backendTCP, h.HTTPSAddr(), h.tls.combined, haproxyMaxConn)
+frontend pass
+    mode tcp
+    bind %[9]s
+    tcp-request inspect-delay 10s
+    tcp-request content accept if { req_ssl_hello_type 1 }
+    use_backend tlsapp if { req.ssl_sni -i bench.example }
+backend tlsapp
+    mode tcp
+    server s1 %[10]s
+`, h.dir, h.HTTPAddr(), backendHTTP, h.TCPAddr(), backendTCP, h.HTTPSAddr(), h.tls.combined, haproxyMaxConn, h.passthroughAddr(), backendTLS)
 	path := filepath.Join(h.dir, "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err

@@ -72,6 +72,9 @@ type tlsResult struct {
 	Resumed   *load.Result `json:"resumed"`
 	KeepAlive *load.Result `json:"keepAlive"`
 	H2        *load.Result `json:"h2"`
+	// Passthrough: new TLS connections routed by SNI without being
+	// terminated (the backend's handshake), where the target can.
+	Passthrough *load.Result `json:"passthrough,omitempty"`
 }
 
 // accessLogResult is baton's keep-alive rate with the access log off and
