@@ -160,7 +160,7 @@ func (b *baton) addr(p int) string { return "127.0.0.1:" + strconv.Itoa(b.port+p
 
 // passthroughAddr is where TLS is routed by SNI without termination.
 func (b *baton) passthroughAddr() string { return b.addr(444) }
-func (b *baton) socket() string    { return filepath.Join(b.dir, "run", "control.sock") }
+func (b *baton) socket() string          { return filepath.Join(b.dir, "run", "control.sock") }
 
 func (b *baton) Start() error {
 	cfg := fmt.Sprintf(`controlSocket: %s
