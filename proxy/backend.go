@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"golang.org/x/net/http2"
 	"net"
 	"net/http"
 	"strconv"
@@ -67,6 +68,9 @@ type backend struct {
 	// tlsConf, when set, is how connections to the endpoints speak TLS
 	// (config tls); each endpoint has it with its ServerName.
 	tlsConf *tls.Config
+	// h2t is the HTTP/2 client of a backend whose protocol is h2c or h2;
+	// nil for HTTP/1.1.
+	h2t *http2.Transport
 }
 
 // endpoint is one upstream address and what the balancers track of it. It
@@ -127,6 +131,13 @@ func newBackend(bc config.Backend, headMax int) *backend {
 		sendTimeout:     bc.SendTimeout.Std(),
 	}
 	b.tlsConf = upstreamTLS(bc.TLS)
+	switch bc.Protocol {
+	case config.ProtocolH2:
+		b.tlsConf.NextProtos = []string{"h2"}
+		fallthrough
+	case config.ProtocolH2C:
+		b.h2t = newH2Transport(&bc, headMax)
+	}
 	b.cookieAttrs = "; Path=" + cmp.Or(bc.CookiePath, "/")
 	if ss := bc.CookieSameSite; ss != "" {
 		b.cookieAttrs += "; SameSite=" + ss
@@ -223,7 +234,7 @@ func (b *backend) update(eps []kube.Endpoint, err error) {
 			if e.NoReuse {
 				ep.pool.retire() // its idle connections closed, none kept after a request
 			} else {
-				ep.pool.retired.Store(false)
+				ep.pool.reopen()
 			}
 		case e.Serving:
 			terminating = append(terminating, ep)

@@ -558,12 +558,22 @@ func (hc *h1conn) serveRequest(head []byte) bool {
 		}
 	}
 	if req.Upgrade != nil {
+		if b.h2t != nil {
+			// HTTP/2 has no Upgrade (RFC 9113 §8.6); WebSocket over it
+			// (RFC 8441) is not carried to backends.
+			b.errors.Add(1)
+			hc.f.failed(rt, "", "connect", "502", errUpgradeH2)
+			return hc.errorResponse(502, true)
+		}
 		return hc.upgrade(rt, set, &a)
 	}
 	if rt.buffer > 0 && req.HasBody() {
 		if err := hc.readBodyAhead(rt); err != nil {
 			return hc.bodyFailed(err)
 		}
+	}
+	if b.h2t != nil {
+		return hc.toH2Backend(rt, set, &a)
 	}
 	replayable := idempotent(req.Method) && (!req.HasBody() || hc.bodyState == bodyWhole)
 	upStart := time.Now()

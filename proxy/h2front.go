@@ -102,6 +102,10 @@ type h2exchange struct {
 	work upstreamWork
 	// rt is where the stream's request goes.
 	rt routed
+	// grpc: the request is a gRPC call (isGRPC); deadline, its
+	// grpc-timeout's end.
+	grpc     bool
+	deadline time.Time
 }
 
 var h2exchanges = sync.Pool{New: func() any { return &h2exchange{buf: make([]byte, 16<<10)} }}
@@ -138,7 +142,7 @@ func (x *h2exchange) start(cl *h2client, s *h2.Stream) {
 	x.cl, x.s = cl, s
 	x.work.begin(nil)
 	x.cookie, x.over = x.cookie[:0], x.over[:0]
-	x.continued = false
+	x.continued, x.grpc, x.deadline = false, false, time.Time{}
 	x.bodyState, x.bodyIn = bodyStreamed, 0
 	f := cl.f
 	x.entry = accessEntry{start: time.Now(), listener: f.name, client: cl.client, proto: "HTTP/2.0", upstream: -1, generation: f.p.Generation,
@@ -162,6 +166,9 @@ func (x *h2exchange) serve() {
 		return
 	}
 	e := &x.entry
+	if x.grpc = isGRPC(req); x.grpc {
+		x.deadline = grpcDeadline(req, e.start)
+	}
 	e.method, e.host, e.target = req.Method, req.Authority, x.logTarget()
 	e.referer, e.userAgent = req.Field("referer"), req.Field("user-agent")
 	var a attempt
@@ -195,6 +202,10 @@ func (x *h2exchange) serve() {
 			x.bodyFailed(err)
 			return
 		}
+	}
+	if b.h2t != nil {
+		x.toH2Backend(rt, set, &a)
+		return
 	}
 	replayable := idempotent(req.Method) && (!req.HasBody() || x.bodyState == bodyWhole)
 	upStart := time.Now()
@@ -579,6 +590,10 @@ func (x *h2exchange) preflight(rt *routed, req *h1.Request) {
 
 // errorResponse answers with a short error of baton's own, as h1conn's.
 func (x *h2exchange) errorResponse(status int) {
+	if x.grpc {
+		x.grpcError(status)
+		return
+	}
 	p := x.cl.f.p
 	p.stats.errors.Add(1)
 	text := statusText[status]

@@ -78,6 +78,26 @@ type addrPool struct {
 	// retired is set while the endpoint is terminating or gone:
 	// connections are closed instead of pooled.
 	retired atomic.Bool
+	// h2 are the address's HTTP/2 connections (backends[].protocol h2c
+	// or h2), made at first use.
+	h2 atomic.Pointer[h2Conns]
+}
+
+// h2Conns is the address's HTTP/2 connection pool, made if need be.
+func (p *addrPool) h2Conns() *h2Conns {
+	if c := p.h2.Load(); c != nil {
+		return c
+	}
+	p.h2.CompareAndSwap(nil, &h2Conns{retired: p.retired.Load()})
+	return p.h2.Load()
+}
+
+// reopen pools connections again, for an endpoint that serves again.
+func (p *addrPool) reopen() {
+	p.retired.Store(false)
+	if c := p.h2.Load(); c != nil {
+		c.reopen()
+	}
 }
 
 func newAddrPool(addr string, size int, lifetime, idleTimeout time.Duration) *addrPool {
@@ -108,6 +128,9 @@ func (p *addrPool) idleForPut() chan *upConn {
 func (p *addrPool) retire() {
 	p.retired.Store(true)
 	p.closeIdle()
+	if c := p.h2.Load(); c != nil {
+		c.retire()
+	}
 }
 
 // get returns an idle connection that is still clean, or nil. Each is
@@ -153,6 +176,9 @@ func (p *addrPool) put(uc *upConn, now time.Time) {
 // idleTimeout, so that they do not hold the backend's resources until the
 // next request comes.
 func (p *addrPool) reap(now time.Time) {
+	if c := p.h2.Load(); c != nil {
+		c.reap(now, p.lifetime)
+	}
 	idle := p.idle()
 	for range len(idle) {
 		select {

@@ -299,6 +299,12 @@ type Backend struct {
 	Kubernetes *KubeService `json:"kubernetes,omitempty"`
 	// TLS, when set, makes baton speak TLS (HTTPS) to the endpoints.
 	TLS *BackendTLS `json:"tls,omitempty"`
+	// Protocol is what baton speaks to the endpoints: http1 (HTTP/1.1,
+	// the default), h2c (HTTP/2 in cleartext, by prior knowledge) or h2
+	// (HTTP/2 over TLS, agreed by ALPN: it needs tls). gRPC backends
+	// need h2c or h2: only HTTP/2 carries trailers and streams both ways
+	// at once.
+	Protocol string `json:"protocol,omitempty"`
 	// Balancer picks an address per request: round-robin (default),
 	// least-request, cookie (sticky) or hash-header.
 	Balancer string `json:"balancer,omitempty"`
@@ -361,6 +367,10 @@ const (
 	BalancerLeastRequest = "least-request"
 	BalancerCookie       = "cookie"
 	BalancerHashHeader   = "hash-header"
+
+	ProtocolHTTP1 = "http1"
+	ProtocolH2C   = "h2c"
+	ProtocolH2    = "h2"
 
 	// DefaultClusterIPLifetime bounds upstream connections in clusterIP
 	// mode, so that kube-proxy can spread load as pods come and go.
@@ -445,6 +455,9 @@ func (b *Backend) SetDefaults() {
 	setDuration(&b.IdleTimeout, DefaultBackendIdle)
 	if b.Balancer == "" {
 		b.Balancer = BalancerRoundRobin
+	}
+	if b.Protocol == "" {
+		b.Protocol = ProtocolHTTP1
 	}
 	if b.Balancer == BalancerCookie && b.Cookie == "" {
 		b.Cookie = "baton-" + b.Name

@@ -202,6 +202,19 @@ func (c *Config) validate(offline bool) error {
 		default:
 			bad("%s: balancer must be round-robin, least-request, cookie or hash-header, not %q", where, b.Balancer)
 		}
+		switch b.Protocol {
+		case ProtocolHTTP1:
+		case ProtocolH2C:
+			if b.TLS != nil {
+				bad("%s: protocol h2c is HTTP/2 without TLS, and the backend has tls: say h2", where)
+			}
+		case ProtocolH2:
+			if b.TLS == nil {
+				bad("%s: protocol h2 is HTTP/2 over TLS: give tls (or say h2c for cleartext)", where)
+			}
+		default:
+			bad("%s: protocol must be http1, h2c or h2, not %q", where, b.Protocol)
+		}
 		if p := b.CookiePath; p != "" && (!strings.HasPrefix(p, "/") || strings.ContainsFunc(p, func(r rune) bool { return r < ' ' || r == ';' || r == 0x7f || r > 0x7e })) {
 			bad("%s: cookiePath %q is not a path (no ';', no control or non-ASCII character)", where, p)
 		}

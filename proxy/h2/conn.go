@@ -672,16 +672,17 @@ func (sc *Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	sc.mu.Lock()
 	if s := sc.streams[id]; s != nil {
-		// Trailers: they end the stream, carry no pseudo-header, and
-		// are dropped (the HTTP/1.1 upstream gets none).
+		// Trailers: they end the stream and carry no pseudo-header.
+		// An HTTP/1.1 upstream gets none; an HTTP/2 one, those kept.
 		if s.remoteDone {
 			sc.mu.Unlock()
 			return http2.ConnectionError(http2.ErrCodeStreamClosed)
 		}
-		if !f.StreamEnded() || len(f.PseudoFields()) > 0 {
+		if !f.StreamEnded() || len(f.PseudoFields()) > 0 || f.Truncated {
 			sc.mu.Unlock()
 			return sc.streamError(id, http2.ErrCodeProtocol)
 		}
+		s.trailers = keepTrailers(f.RegularFields())
 		s.remoteDone = true
 		s.closeIfDoneLocked()
 		s.wake()

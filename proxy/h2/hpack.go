@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"unsafe"
 
+	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2/hpack"
 )
 
@@ -124,4 +125,41 @@ func init() {
 			staticNames[n] = uint8(i + 1)
 		}
 	}
+}
+
+// notInTrailers are the fields a trailer section may not carry: those
+// that frame, route or authenticate a message, or are connection-specific
+// (RFC 9110 §6.5.1, RFC 9113 §8.2.2).
+var notInTrailers = map[string]bool{
+	"connection": true, "keep-alive": true, "proxy-connection": true,
+	"transfer-encoding": true, "upgrade": true, "te": true,
+	"content-length": true, "content-type": true, "content-encoding": true, "content-range": true,
+	"host": true, "authorization": true, "cookie": true, "set-cookie": true,
+	"trailer": true, "expect": true, "max-forwards": true,
+}
+
+// keepTrailers returns the trailer fields of fs a proxy may pass on; their
+// names and values were checked by the Framer (valid tokens in lower
+// case, values without CR, LF or NUL).
+func keepTrailers(fs []hpack.HeaderField) []hpack.HeaderField {
+	var kept []hpack.HeaderField
+	for _, f := range fs {
+		if !notInTrailers[f.Name] && isToken(f.Name) && httpguts.ValidHeaderFieldValue(f.Value) {
+			kept = append(kept, f)
+		}
+	}
+	return kept
+}
+
+// isToken reports whether s is a field name (RFC 9110 §5.1).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !httpguts.IsTokenRune(rune(s[i])) {
+			return false
+		}
+	}
+	return true
 }

@@ -45,6 +45,8 @@ type Stream struct {
 	bodyR       int
 	bodyWake    chan struct{}
 	onReset     func()
+	stopRead    bool                // StopReading was called
+	trailers    []hpack.HeaderField // the request's trailers, once remoteDone
 
 	// The handler's.
 	rdl         time.Time
@@ -234,6 +236,9 @@ func (s *Stream) Read(p []byte) (int, error) {
 		case s.reset:
 			sc.mu.Unlock()
 			return 0, ErrStreamReset
+		case s.stopRead:
+			sc.mu.Unlock()
+			return 0, ErrReadStopped
 		case s.remoteDone:
 			sc.mu.Unlock()
 			return 0, io.EOF
@@ -271,6 +276,51 @@ func (s *Stream) Read(p []byte) (int, error) {
 		return n, err
 	}
 	return n, nil
+}
+
+// ErrReadStopped is what Read returns once StopReading was called.
+var ErrReadStopped = errors.New("http2: reading the request body was stopped")
+
+// StopReading ends a Read that waits for the body, and every later one,
+// with ErrReadStopped. Unlike the handler's other methods, it may be
+// called from any goroutine.
+func (s *Stream) StopReading() {
+	s.sc.mu.Lock()
+	s.stopRead = true
+	s.sc.mu.Unlock()
+	s.wake()
+}
+
+// Trailers are the request's trailer fields (RFC 9113 §8.1), once Read
+// has returned io.EOF; nil when the client sent none. Their names and
+// values were checked as the head's; connection-specific fields and
+// those that frame or route a message are left out (RFC 9110 §6.5.1).
+func (s *Stream) Trailers() []hpack.HeaderField {
+	s.sc.mu.Lock()
+	defer s.sc.mu.Unlock()
+	return s.trailers
+}
+
+// StartTrailers begins the response's trailer block: fields are added
+// to it, without pseudo-header fields, before SendTrailers.
+func (s *Stream) StartTrailers() *HeaderBlock {
+	if s.out == nil {
+		s.out = outPool.Get().(*outBufs)
+	}
+	s.out.hb.buf = s.out.hb.buf[:0]
+	return &s.out.hb
+}
+
+// SendTrailers sends what Write holds, then the block StartTrailers
+// began, which ends the stream.
+func (s *Stream) SendTrailers() error {
+	if s.out != nil && len(s.out.pending) > 0 {
+		if err := s.sendData(s.out.pending, false); err != nil {
+			return err
+		}
+		s.out.pending = s.out.pending[:0]
+	}
+	return s.SendHeaders(true)
 }
 
 // StartResponse begins the response's header block with status; fields
