@@ -596,4 +596,3 @@ func (bp *bodyPipe) error() error {
 
 // errBodyAbandoned ends a request body copy whose exchange is over.
 var errBodyAbandoned = errors.New("request body no longer wanted upstream")
-
