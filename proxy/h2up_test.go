@@ -2,16 +2,22 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // h2cBackend is a backend that speaks HTTP/1.1 and HTTP/2 in the clear
@@ -376,5 +382,115 @@ func TestH2BackendClientGone(t *testing.T) {
 	case <-cancelled:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the backend's stream lives on after the client reset its own")
+	}
+}
+
+// rawH2Backend is an HTTP/2 backend written frame by frame, to send what a
+// real server would not: respond answers each request (its path).
+func rawH2Backend(t *testing.T, respond func(fr *http2.Framer, enc *hpack.Encoder, buf *bytes.Buffer, id uint32, path string)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				preface := make([]byte, len(http2.ClientPreface))
+				if _, err := io.ReadFull(c, preface); err != nil {
+					return
+				}
+				fr := http2.NewFramer(c, c)
+				fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+				fr.WriteSettings()
+				var buf bytes.Buffer
+				enc := hpack.NewEncoder(&buf)
+				for {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						return
+					}
+					switch f := f.(type) {
+					case *http2.SettingsFrame:
+						if !f.IsAck() {
+							fr.WriteSettingsAck()
+						}
+					case *http2.MetaHeadersFrame:
+						respond(fr, enc, &buf, f.StreamID, f.PseudoValue("path"))
+					}
+				}
+			})
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestH2BackendMalformedResponse: a backend that breaks HTTP/2 in its
+// response (RFC 9113 §8.1.1: a response without :status, a field value
+// with CR LF, §6.9.1: a window past 2^31-1) has that stream failed (502,
+// counted in the backend's errors), never a crash, a forged header or a
+// stuck pool: the next request on the same backend is answered.
+func TestH2BackendMalformedResponse(t *testing.T) {
+	headers := func(fr *http2.Framer, enc *hpack.Encoder, buf *bytes.Buffer, id uint32, end bool, fields ...string) {
+		buf.Reset()
+		for i := 0; i < len(fields); i += 2 {
+			enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+		}
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: buf.Bytes(), EndHeaders: true, EndStream: end})
+	}
+	be := rawH2Backend(t, func(fr *http2.Framer, enc *hpack.Encoder, buf *bytes.Buffer, id uint32, path string) {
+		switch path {
+		case "/no-status":
+			headers(fr, enc, buf, id, true, "content-type", "text/plain")
+		case "/crlf":
+			headers(fr, enc, buf, id, true, ":status", "200", "x-a", "1\r\nx-injected: 1")
+		case "/request-status":
+			headers(fr, enc, buf, id, true, ":method", "GET", ":status", "200")
+		case "/window":
+			headers(fr, enc, buf, id, false, ":status", "200")
+			fr.WriteWindowUpdate(id, 0x7fffffff)
+			fr.WriteData(id, true, []byte("late"))
+		default:
+			headers(fr, enc, buf, id, false, ":status", "200")
+			fr.WriteData(id, true, []byte("ok"))
+		}
+	})
+	p, web, _ := startProxy(t, h2Config("h2c", be))
+	get := func(path string) (int, string, http.Header) {
+		resp, err := http.Get("http://" + web + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(body), resp.Header
+	}
+	for _, path := range []string{"/no-status", "/crlf", "/request-status", "/window"} {
+		start := time.Now()
+		status, _, h := get(path)
+		t.Logf("%s: %d in %v", path, status, time.Since(start))
+		if h.Get("X-Injected") != "" {
+			t.Fatalf("%s: a header forged by the backend's CR LF reached the client", path)
+		}
+		if path == "/window" {
+			if status != 200 && status != 502 {
+				t.Fatalf("%s: %d", path, status)
+			}
+		} else if status != 502 {
+			t.Fatalf("%s: %d, want 502", path, status)
+		}
+		if status, body, _ := get("/ok"); status != 200 || body != "ok" {
+			t.Fatalf("after %s: %d %q", path, status, body)
+		}
+	}
+	if errs := p.backends["app"].errors.Load(); errs < 3 {
+		t.Fatalf("backend errors counted: %d, want at least 3", errs)
 	}
 }

@@ -127,10 +127,10 @@ func (p *addrPool) idleForPut() chan *upConn {
 // retire stops pooling and closes the idle connections.
 func (p *addrPool) retire() {
 	p.retired.Store(true)
-	p.closeIdle()
 	if c := p.h2.Load(); c != nil {
 		c.retire()
 	}
+	p.closeIdle()
 }
 
 // get returns an idle connection that is still clean, or nil. Each is
@@ -198,8 +198,12 @@ func (p *addrPool) reap(now time.Time) {
 	}
 }
 
-// closeIdle closes every pooled connection.
+// closeIdle closes every pooled connection (of HTTP/2 ones, those that
+// carry no stream).
 func (p *addrPool) closeIdle() {
+	if c := p.h2.Load(); c != nil {
+		c.reap(time.Now(), 1)
+	}
 	idle := p.idle()
 	for {
 		select {

@@ -567,3 +567,50 @@ func TestIdleTimeout(t *testing.T) {
 	rc.until("GOAWAY NO_ERROR once idle", goAway(http2.ErrCodeNo))
 	rc.closed()
 }
+
+// TestTrailers: a request's trailers are kept for the handler, but for
+// the fields a trailer section may not carry (RFC 9110 §6.5.1); a
+// response's trailers end its stream (RFC 9113 §8.1) after its body.
+func TestTrailers(t *testing.T) {
+	addr := server(t, Config{}, func(s *Stream) {
+		body, _ := io.ReadAll(s)
+		hb := s.StartResponse(200)
+		hb.AddString("trailer", []byte("x-got, x-length"))
+		s.SendHeaders(false)
+		s.Write(body)
+		tb := s.StartTrailers()
+		var got []string
+		for _, f := range s.Trailers() {
+			got = append(got, f.Name+"="+f.Value)
+		}
+		tb.AddString("x-got", []byte(strings.Join(got, ";")))
+		tb.AddString("x-length", []byte(fmt.Sprint(len(body))))
+		s.SendTrailers()
+	})
+	rc := dialRaw(t, addr)
+	rc.headers(1, false, ":method", "POST", ":scheme", "http", ":authority", "example.test", ":path", "/", "trailer", "x-sum")
+	rc.fr.WriteData(1, false, []byte("body"))
+	rc.headers(1, true, "x-sum", "7", "content-length", "9", "host", "evil.example", "authorization", "x", "cookie", "a=b")
+	rc.until("the response head", responseOn(1))
+	var data []byte
+	for {
+		switch f := rc.next().(type) {
+		case *http2.DataFrame:
+			data = append(data, f.Data()...)
+		case *http2.MetaHeadersFrame:
+			if f.StreamID != 1 || !f.StreamEnded() || len(f.PseudoFields()) > 0 {
+				t.Fatalf("trailers: %+v", f)
+			}
+			got := map[string]string{}
+			for _, hf := range f.RegularFields() {
+				got[hf.Name] = hf.Value
+			}
+			if string(data) != "body" || got["x-got"] != "x-sum=7" || got["x-length"] != "4" {
+				t.Fatalf("body %q, trailers %v (want x-got x-sum=7 alone, x-length 4)", data, got)
+			}
+			return
+		case nil:
+			t.Fatal("connection closed before the trailers")
+		}
+	}
+}

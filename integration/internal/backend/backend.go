@@ -53,11 +53,13 @@ type Server struct {
 
 // Start listens on httpAddr and tcpAddr ("" for none; port 0 picks one).
 //
-// HTTP: GET answers "ok"; /size/N answers N bytes; /sleep/D sleeps for the
+// HTTP (HTTP/1.1, and HTTP/2 in the clear): GET answers "ok"; /size/N answers N bytes; /sleep/D sleeps for the
 // Go duration D first; /headers answers the request's header fields; POST
 // (any path) echoes the body; a request with "Upgrade: echo" (any path)
 // switches protocols (101) and echoes, as a WebSocket would, until the
-// client half-closes. TCP echoes.
+// client half-closes; a gRPC call (content-type application/grpc) over
+// HTTP/2 has its messages echoed as they come, then grpc-status 0 in the
+// trailers (X-Request-Proto says the protocol it came over). TCP echoes.
 func Start(name, httpAddr, tcpAddr string) (*Server, error) {
 	s := &Server{Name: name, conns: make(map[net.Conn]struct{})}
 	if httpAddr != "" {
@@ -66,7 +68,12 @@ func Start(name, httpAddr, tcpAddr string) (*Server, error) {
 			return nil, fmt.Errorf("backend http: %w", err)
 		}
 		s.hln, s.HTTPAddr = newPausable(ln), ln.Addr().String()
-		s.http = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
+		// HTTP/1.1 and HTTP/2 in the clear (prior knowledge), for a
+		// proxy whose backend protocol is h2c.
+		var protos http.Protocols
+		protos.SetHTTP1(true)
+		protos.SetUnencryptedHTTP2(true)
+		s.http = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute, Protocols: &protos}
 		s.wg.Go(func() { s.http.Serve(s.hln) })
 	}
 	if tcpAddr != "" {
@@ -183,6 +190,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.upgrade(w)
 		return
 	}
+	if r.Header.Get("Content-Type") == "application/grpc" {
+		s.grpcEcho(w, r)
+		return
+	}
 	if r.Method == http.MethodPost || r.Method == http.MethodPut {
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -226,6 +237,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Length", "3")
 	w.Write(okBody)
+}
+
+// grpcEcho answers a gRPC call: each piece of the request body is echoed
+// as it comes (a bidirectional stream's messages, in order), then the
+// status in the trailers.
+func (s *Server) grpcEcho(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/grpc")
+	w.Header().Set("X-Request-Proto", r.Proto)
+	w.Header().Set("Trailer", "Grpc-Status, Grpc-Message")
+	w.WriteHeader(200)
+	f := w.(http.Flusher)
+	f.Flush()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Body.Read(buf)
+		if n > 0 {
+			w.Write(buf[:n])
+			f.Flush()
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			w.Header().Set("Grpc-Status", "13")
+			w.Header().Set("Grpc-Message", err.Error())
+			return
+		}
+	}
+	w.Header().Set("Grpc-Status", "0")
 }
 
 // upgrade answers 101 and echoes what the client sends until it
