@@ -616,16 +616,38 @@ func (t *translator) backend(r *gwv1.HTTPRoute, ref *gwv1.BackendObjectReference
 	if svc.Annotations[ServiceUpstream] == "true" {
 		mode, suffix = config.ModeClusterIP, "/clusterIP"
 	}
+	protocol := backendProtocol(svc, int32(*ref.Port))
+	if protocol != "" {
+		suffix += "/" + protocol
+	}
 	name := fmt.Sprintf("k8s/%s/%s:%d%s", ns, ref.Name, *ref.Port, suffix)
 	b := config.Backend{
 		Name:       name,
 		Kubernetes: &config.KubeService{Service: ns + "/" + string(ref.Name), Port: config.Port{Number: int32(*ref.Port)}, Mode: mode},
+		Protocol:   protocol,
 	}
 	t.addBackend(b)
 	if t.cur != nil && !slices.ContainsFunc(t.cur.backends, func(x config.Backend) bool { return x.Name == name }) {
 		t.cur.backends = append(t.cur.backends, b)
 	}
 	return name, true, "", ""
+}
+
+// backendProtocol is what baton speaks to the Service svc's port: HTTP/2
+// in the clear (config.ProtocolH2C) when its appProtocol says
+// kubernetes.io/h2c (the Gateway API's BackendProtocolH2C, GEP-1911) or
+// grpc, else "" (HTTP/1.1).
+func backendProtocol(svc *corev1.Service, port int32) string {
+	for _, p := range svc.Spec.Ports {
+		if p.Port != port || p.AppProtocol == nil {
+			continue
+		}
+		switch *p.AppProtocol {
+		case "kubernetes.io/h2c", "grpc":
+			return config.ProtocolH2C
+		}
+	}
+	return ""
 }
 
 // granted reports whether a ReferenceGrant in namespace to lets HTTPRoutes

@@ -369,6 +369,34 @@ func TestServiceUpstream(t *testing.T) {
 	}
 }
 
+// A Service port whose appProtocol is kubernetes.io/h2c (GEP-1911,
+// BackendProtocolH2C) or grpc is spoken to over HTTP/2 in the clear; any
+// other, over HTTP/1.1.
+func TestBackendProtocol(t *testing.T) {
+	gw := gateway("infra", "gw", "baton", 0, listener("http", 80, ""))
+	svc := func(name, appProtocol string) *corev1.Service {
+		s := service("infra", name)
+		s.Spec.Ports = []corev1.ServicePort{{Port: 8080, AppProtocol: ptr(appProtocol)}, {Port: 81}}
+		return s
+	}
+	s := &Snapshot{
+		Classes:  []gwv1.GatewayClass{class("baton", DefaultControllerName)},
+		Gateways: []gwv1.Gateway{gw},
+		HTTPRoutes: []gwv1.HTTPRoute{httpRoute("infra", "a", 1, "infra/gw", []string{"a.example"}, "/", "h2c"),
+			httpRoute("infra", "b", 2, "infra/gw", []string{"b.example"}, "/", "grpc"),
+			httpRoute("infra", "c", 3, "infra/gw", []string{"c.example"}, "/", "ws")},
+		Services: map[string]*corev1.Service{"infra/h2c": svc("h2c", "kubernetes.io/h2c"), "infra/grpc": svc("grpc", "grpc"), "infra/ws": svc("ws", "kubernetes.io/ws")},
+	}
+	res := Translate(s, opts)
+	got := map[string]string{}
+	for _, b := range res.Routing.Backends {
+		got[b.Kubernetes.Service] = b.Protocol
+	}
+	if got["infra/h2c"] != "h2c" || got["infra/grpc"] != "h2c" || got["infra/ws"] != "" {
+		t.Errorf("protocols %v", got)
+	}
+}
+
 // A route attached to two listeners of one port, one for any host and one
 // for a hostname, serves any host: the hostname's listener does not narrow
 // what the other takes (conformance: HTTPRouteRedirectPortAndScheme, whose

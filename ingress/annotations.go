@@ -32,7 +32,8 @@ type options struct {
 	redirectURL  *url.URL // permanent-redirect or temporal-redirect
 	redirectCode int
 
-	backendTLS      bool // backend-protocol HTTPS
+	backendTLS      bool   // backend-protocol HTTPS or GRPCS
+	backendProtocol string // config.Backend.Protocol: h2c for GRPC, h2 for GRPCS; "" HTTP/1.1
 	connectTimeout  time.Duration
 	readTimeout     time.Duration
 	sendTimeout     time.Duration
@@ -172,10 +173,12 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 		case "HTTP", "AUTO_HTTP":
 		case "HTTPS":
 			o.backendTLS = true
-		case "GRPC", "GRPCS":
-			bad("backend-protocol", "%s needs HTTP/2 to the backends, which baton does not speak yet", v)
+		case "GRPC":
+			o.backendProtocol = config.ProtocolH2C
+		case "GRPCS":
+			o.backendTLS, o.backendProtocol = true, config.ProtocolH2
 		default:
-			bad("backend-protocol", "%q is not HTTP or HTTPS", v)
+			bad("backend-protocol", "%q is not HTTP, HTTPS, GRPC or GRPCS", v)
 		}
 	}
 	seconds := func(name string, into *time.Duration) {

@@ -178,8 +178,16 @@ func TestBackendAnnotations(t *testing.T) {
 		t.Errorf("upstream-hash-by: %+v", hb)
 	}
 	res = translate(nil, annotated("grpc", "backend-protocol", "GRPC"))
-	if p := res.Problems["shop/grpc"]; len(p) != 1 || !strings.Contains(p[0].Message, "HTTP/2 to the backends") || len(res.Routing.Rules) != 0 {
-		t.Errorf("GRPC: %+v, %d rules", p, len(res.Routing.Rules))
+	if gb := backendOf(res, "k8s/shop/web:80/h2c"); gb == nil || gb.Protocol != config.ProtocolH2C || gb.TLS != nil {
+		t.Errorf("backend-protocol GRPC: %+v (backends %v)", gb, res.Routing.Backends)
+	}
+	res = translate(nil, annotated("grpcs", "backend-protocol", "GRPCS"))
+	if gb := backendOf(res, "k8s/shop/web:80/https/h2"); gb == nil || gb.Protocol != config.ProtocolH2 || gb.TLS == nil {
+		t.Errorf("backend-protocol GRPCS: %+v (backends %v)", gb, res.Routing.Backends)
+	}
+	res = translate(nil, annotated("fcgi", "backend-protocol", "FCGI"))
+	if p := res.Problems["shop/fcgi"]; len(p) != 1 || !strings.Contains(p[0].Message, "is not HTTP, HTTPS, GRPC or GRPCS") || len(res.Routing.Rules) != 0 {
+		t.Errorf("FCGI: %+v, %d rules", p, len(res.Routing.Rules))
 	}
 }
 

@@ -699,6 +699,9 @@ func (t *translator) backend(ing *networkingv1.Ingress, b *networkingv1.IngressB
 		// ingress-nginx's proxy-ssl-verify is off by default: so here.
 		bc.TLS, name = &config.BackendTLS{InsecureSkipVerify: true}, name+"/https"
 	}
+	if o.backendProtocol != "" {
+		bc.Protocol, name = o.backendProtocol, name+"/"+o.backendProtocol
+	}
 	if o.affinityCookie != "" && !o.upstream {
 		bc.Balancer, bc.Cookie, name = config.BalancerCookie, o.affinityCookie, name+"/cookie="+o.affinityCookie
 		bc.CookiePath, bc.CookieMaxAge, bc.CookieSameSite = o.cookiePath, config.Duration(o.cookieMaxAge), o.cookieSameSite
