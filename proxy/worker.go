@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +39,11 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 		w.Fail(err.Error())
 		return err
 	}
+	// What libraries write to the standard logger (x/net/http2's
+	// client, of a backend's protocol errors) goes to the worker's log at
+	// debug level: a backend that misbehaves cannot flood it.
+	stdlog.SetFlags(0)
+	stdlog.SetOutput(debugWriter{log.Named("http2")})
 	p := New(cfg, log)
 	p.logDropped = logDropped
 	p.Generation = w.Hello().Generation
@@ -230,4 +237,14 @@ wait:
 	// The proxy owns the watch from here: a routing changes its targets.
 	p.adoptKube(watcher, cancel, done)
 	return p.StopKube, nil
+}
+
+// debugWriter writes each line it is given as a debug log entry.
+type debugWriter struct{ log *zap.Logger }
+
+func (w debugWriter) Write(p []byte) (int, error) {
+	if ce := w.log.Check(zap.DebugLevel, strings.TrimRight(string(p), "\n")); ce != nil {
+		ce.Write()
+	}
+	return len(p), nil
 }
