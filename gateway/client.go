@@ -64,6 +64,7 @@ var resources = []struct {
 	{"gatewayclasses", true, true, &gwv1.GatewayClass{}, func() runtime.Object { return &gwv1.GatewayClassList{} }},
 	{"gateways", true, false, &gwv1.Gateway{}, func() runtime.Object { return &gwv1.GatewayList{} }},
 	{"httproutes", true, false, &gwv1.HTTPRoute{}, func() runtime.Object { return &gwv1.HTTPRouteList{} }},
+	{"grpcroutes", true, false, &gwv1.GRPCRoute{}, func() runtime.Object { return &gwv1.GRPCRouteList{} }},
 	{"referencegrants", true, false, &gwv1.ReferenceGrant{}, func() runtime.Object { return &gwv1.ReferenceGrantList{} }},
 	{"services", false, false, &corev1.Service{}, func() runtime.Object { return &corev1.ServiceList{} }},
 	{"namespaces", false, true, &corev1.Namespace{}, func() runtime.Object { return &corev1.NamespaceList{} }},

@@ -110,10 +110,10 @@ func New(client *Client, opts Options, sink Sink, log *zap.Logger) *Controller {
 		Duration: opts.LeaseDuration, RetryPeriod: opts.RetryPeriod, Log: c.log, OnChange: c.changed}
 	for _, r := range resources {
 		inf := cache.NewSharedIndexInformer(client.listWatch(r.name, r.gateway, r.list), r.obj, 0, cache.Indexers{})
-		// A change of anything but an HTTPRoute is a change of every
-		// route's world: each is translated again.
+		// A change of anything but a route is a change of every route's
+		// world: each is translated again.
 		changed := c.changed
-		if r.name != "httproutes" {
+		if r.name != "httproutes" && r.name != "grpcroutes" {
 			changed = func() {
 				c.world.Add(1)
 				c.changed()
@@ -278,6 +278,9 @@ func (c *Controller) snapshot() *Snapshot {
 	}
 	for _, o := range c.stores["httproutes"].List() {
 		s.HTTPRoutes = append(s.HTTPRoutes, *o.(*gwv1.HTTPRoute))
+	}
+	for _, o := range c.stores["grpcroutes"].List() {
+		s.GRPCRoutes = append(s.GRPCRoutes, *o.(*gwv1.GRPCRoute))
 	}
 	for _, o := range c.stores["referencegrants"].List() {
 		s.Grants = append(s.Grants, *o.(*gwv1.ReferenceGrant))

@@ -44,7 +44,7 @@ func listeners(s *Snapshot, g *gwv1.Gateway, res *Result) {
 			var all bool
 			lc.Kinds, all = routeKinds(&l)
 			if !all {
-				lc.ResolvedRefs, lc.ResolvedReason, lc.ResolvedMsg = false, string(gwv1.ListenerReasonInvalidRouteKinds), "baton serves HTTPRoutes on this listener, and no other kind"
+				lc.ResolvedRefs, lc.ResolvedReason, lc.ResolvedMsg = false, string(gwv1.ListenerReasonInvalidRouteKinds), "baton serves HTTPRoutes and GRPCRoutes on this listener, and no other kind"
 			}
 		}
 		host := ""
@@ -87,27 +87,34 @@ func listeners(s *Snapshot, g *gwv1.Gateway, res *Result) {
 
 // routeKinds returns the route kinds listener l takes that baton serves
 // (its supportedKinds), and whether it serves all that l names: with no
-// kinds named, HTTPRoute.
+// kinds named, HTTPRoute and GRPCRoute.
 func routeKinds(l *gwv1.Listener) ([]gwv1.RouteGroupKind, bool) {
 	httpRoute := gwv1.RouteGroupKind{Group: ptrTo(gwv1.Group(gatewayGroup)), Kind: kindRoute}
+	grpcRoute := gwv1.RouteGroupKind{Group: ptrTo(gwv1.Group(gatewayGroup)), Kind: kindGRPCRoute}
 	if l.AllowedRoutes == nil || len(l.AllowedRoutes.Kinds) == 0 {
-		return []gwv1.RouteGroupKind{httpRoute}, true
+		return []gwv1.RouteGroupKind{httpRoute, grpcRoute}, true
 	}
 	kinds, all := []gwv1.RouteGroupKind{}, true
 	for _, k := range l.AllowedRoutes.Kinds {
-		if !isHTTPRoute(k) {
+		switch {
+		case isKind(k, kindRoute):
+			if !slices.Contains(kinds, httpRoute) {
+				kinds = append(kinds, httpRoute)
+			}
+		case isKind(k, kindGRPCRoute):
+			if !slices.Contains(kinds, grpcRoute) {
+				kinds = append(kinds, grpcRoute)
+			}
+		default:
 			all = false
-			continue
-		}
-		if len(kinds) == 0 {
-			kinds = append(kinds, httpRoute)
 		}
 	}
 	return kinds, all
 }
 
-func isHTTPRoute(k gwv1.RouteGroupKind) bool {
-	return k.Kind == kindRoute && (k.Group == nil || *k.Group == gatewayGroup)
+// isKind reports whether k is the Gateway API's route kind kind.
+func isKind(k gwv1.RouteGroupKind, kind gwv1.Kind) bool {
+	return k.Kind == kind && (k.Group == nil || *k.Group == gatewayGroup)
 }
 
 // certificates resolves an HTTPS listener's certificateRefs: Secrets of

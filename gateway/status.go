@@ -31,6 +31,7 @@ const (
 var SupportedFeatures = []gwv1.FeatureName{
 	"Gateway",
 	"HTTPRoute",
+	"GRPCRoute",
 	"ReferenceGrant",
 	"HTTPRouteQueryParamMatching",
 	"HTTPRouteMethodMatching",
@@ -104,11 +105,24 @@ func (c *Controller) writeStatuses(ctx context.Context, s *Snapshot, res *Result
 		if !ok {
 			continue
 		}
-		st := c.routeStatus(r, parents)
-		if !reflect.DeepEqual(st, &r.Status) {
+		st := c.routeStatus(r.Generation, &r.Status.RouteStatus, parents)
+		if !reflect.DeepEqual(st, &r.Status.RouteStatus) {
 			out := r.DeepCopy()
-			out.Status = *st
+			out.Status.RouteStatus = *st
 			write("httproutes", r.Namespace, r.Name, out)
+		}
+	}
+	for i := range s.GRPCRoutes {
+		r := &s.GRPCRoutes[i]
+		parents, ok := res.Routes[routeKey(kindGRPCRoute, &r.ObjectMeta)]
+		if !ok {
+			continue
+		}
+		st := c.routeStatus(r.Generation, &r.Status.RouteStatus, parents)
+		if !reflect.DeepEqual(st, &r.Status.RouteStatus) {
+			out := r.DeepCopy()
+			out.Status.RouteStatus = *st
+			write("grpcroutes", r.Namespace, r.Name, out)
 		}
 	}
 	return n
@@ -203,10 +217,11 @@ func listenerStatus(g *gwv1.Gateway, l *gwv1.Listener, prev []metav1.Condition, 
 	return ls
 }
 
-// routeStatus is what r's status should say: its parents of other
-// controllers as they are, and one entry per parent reference of ours.
-func (c *Controller) routeStatus(r *gwv1.HTTPRoute, parents []ParentStatus) *gwv1.HTTPRouteStatus {
-	st := r.Status.DeepCopy()
+// routeStatus is what a route's status (now rs, at generation gen)
+// should say: its parents of other controllers as they are, and one entry
+// per parent reference of ours.
+func (c *Controller) routeStatus(gen int64, rs *gwv1.RouteStatus, parents []ParentStatus) *gwv1.RouteStatus {
+	st := rs.DeepCopy()
 	var keep []gwv1.RouteParentStatus
 	prev := map[string][]metav1.Condition{}
 	for _, p := range st.Parents {
@@ -226,7 +241,7 @@ func (c *Controller) routeStatus(r *gwv1.HTTPRoute, parents []ParentStatus) *gwv
 			if !ok {
 				s = metav1.ConditionFalse
 			}
-			apimeta.SetStatusCondition(&conds, metav1.Condition{Type: string(t), Status: s, Reason: reason, Message: msg, ObservedGeneration: r.Generation})
+			apimeta.SetStatusCondition(&conds, metav1.Condition{Type: string(t), Status: s, Reason: reason, Message: msg, ObservedGeneration: gen})
 		}
 		cond(gwv1.RouteConditionAccepted, ps.Accepted, ps.AcceptedReason, ps.AcceptedMessage)
 		cond(gwv1.RouteConditionResolvedRefs, ps.ResolvedRefs, ps.ResolvedReason, ps.ResolvedRefMessage)

@@ -12,9 +12,11 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,6 +45,7 @@ type Snapshot struct {
 	Classes    []gwv1.GatewayClass
 	Gateways   []gwv1.Gateway
 	HTTPRoutes []gwv1.HTTPRoute
+	GRPCRoutes []gwv1.GRPCRoute
 	Grants     []gwv1.ReferenceGrant
 	// Services and Namespaces by name ("namespace/name", and name).
 	Services   map[string]*corev1.Service
@@ -157,10 +160,11 @@ type ParentStatus struct {
 }
 
 const (
-	gatewayGroup = gwv1.GroupName
-	kindGateway  = "Gateway"
-	kindRoute    = "HTTPRoute"
-	kindService  = "Service"
+	gatewayGroup  = gwv1.GroupName
+	kindGateway   = "Gateway"
+	kindRoute     = "HTTPRoute"
+	kindGRPCRoute = "GRPCRoute"
+	kindService   = "Service"
 )
 
 // Translate turns a snapshot into what baton serves.
@@ -187,16 +191,27 @@ func Translate(s *Snapshot, opts Options) *Result {
 		listeners(s, g, res)
 	}
 
-	// The routes.
+	// The routes: GRPCRoutes as the HTTPRoutes they amount to
+	// (grpcAsHTTP), all in the Gateway API's order of precedence.
 	t := &translator{s: s, res: res, backends: map[string]bool{}, lkeys: map[*gwv1.Listener]string{}, names: map[batonPort]string{}}
-	routes := make([]*gwv1.HTTPRoute, 0, len(s.HTTPRoutes))
+	routes := make([]*gwv1.HTTPRoute, 0, len(s.HTTPRoutes)+len(s.GRPCRoutes))
 	for i := range s.HTTPRoutes {
 		routes = append(routes, &s.HTTPRoutes[i])
+	}
+	grpc := make(map[*gwv1.HTTPRoute]bool, len(s.GRPCRoutes))
+	for i := range s.GRPCRoutes {
+		r := grpcAsHTTP(&s.GRPCRoutes[i])
+		grpc[r] = true
+		routes = append(routes, r)
 	}
 	slices.SortFunc(routes, func(a, b *gwv1.HTTPRoute) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
 	res.Translations = make(map[string]*RouteTranslation, len(routes))
 	for _, r := range routes {
-		rkey := key(&r.ObjectMeta)
+		t.kind = kindRoute
+		if grpc[r] {
+			t.kind = kindGRPCRoute
+		}
+		rkey := routeKey(t.kind, &r.ObjectMeta)
 		rt := s.Routes[rkey]
 		if rt == nil || rt.uid != r.UID || rt.gen != r.Generation || rt.world != s.World || s.World == 0 {
 			rt = t.route(r, gws)
@@ -249,6 +264,16 @@ func olderFirst(a, b *metav1.ObjectMeta) int {
 }
 
 func key(m *metav1.ObjectMeta) string { return m.Namespace + "/" + m.Name }
+
+// routeKey is the key of a route of kind in Result.Routes and
+// Translations: "namespace/name" for an HTTPRoute, "GRPCRoute
+// namespace/name" for a GRPCRoute (the two may share a name).
+func routeKey(kind gwv1.Kind, m *metav1.ObjectMeta) string {
+	if kind == kindGRPCRoute {
+		return kindGRPCRoute + " " + key(m)
+	}
+	return key(m)
+}
 
 func listenerName(g *gwv1.Gateway, port gwv1.PortNumber) string {
 	return fmt.Sprintf("gw/%s/%s:%d", g.Namespace, g.Name, port)
@@ -310,7 +335,8 @@ type translator struct {
 	s        *Snapshot
 	res      *Result
 	backends map[string]bool
-	rkey     string            // the route being translated: "namespace/name"
+	rkey     string            // the route being translated: routeKey
+	kind     gwv1.Kind         // and its kind: HTTPRoute, or GRPCRoute
 	cur      *RouteTranslation // and what it becomes
 	// The keys of Gateway listeners ("namespace/name/listener") and the
 	// names of baton listeners ("gw/namespace/name:port"), made once
@@ -346,7 +372,7 @@ func (t *translator) batonListener(g *gwv1.Gateway, port gwv1.PortNumber) string
 // route attaches r to the listeners its parent references name, and
 // translates its rules for each baton listener it is attached to.
 func (t *translator) route(r *gwv1.HTTPRoute, gws []*gwv1.Gateway) *RouteTranslation {
-	t.rkey = key(&r.ObjectMeta)
+	t.rkey = routeKey(t.kind, &r.ObjectMeta)
 	rt := &RouteTranslation{}
 	t.cur = rt
 	// The effective hostnames on each baton listener; none when one of
@@ -449,7 +475,7 @@ func findGateway(gws []*gwv1.Gateway, ref *gwv1.ParentReference, routeNS string)
 // (allowedRoutes: its kinds, and the namespaces it takes routes from).
 func (t *translator) allows(g *gwv1.Gateway, l *gwv1.Listener, r *gwv1.HTTPRoute) bool {
 	ar := l.AllowedRoutes
-	if ar != nil && len(ar.Kinds) > 0 && !slices.ContainsFunc(ar.Kinds, isHTTPRoute) {
+	if ar != nil && len(ar.Kinds) > 0 && !slices.ContainsFunc(ar.Kinds, func(k gwv1.RouteGroupKind) bool { return isKind(k, t.kind) }) {
 		return false
 	}
 	from := gwv1.NamespacesFromSame
@@ -530,7 +556,7 @@ func union(a, b []string) []string {
 func (t *translator) rule(r *gwv1.HTTPRoute, ri int, listener string, hosts []string) (rule route.Rule[string], ok bool, reason, msg string) {
 	rr := &r.Spec.Rules[ri]
 	rule = route.Rule[string]{
-		Name:      "httproute " + t.rkey + " rule " + strconv.Itoa(ri),
+		Name:      strings.ToLower(string(t.kind)) + " " + key(&r.ObjectMeta) + " rule " + strconv.Itoa(ri),
 		Listener:  listener,
 		Hostnames: hosts,
 		Order:     route.Order{Created: r.CreationTimestamp.Time, Route: t.rkey, Index: ri},
@@ -602,7 +628,7 @@ func (t *translator) backend(r *gwv1.HTTPRoute, ref *gwv1.BackendObjectReference
 	if ref.Namespace != nil {
 		ns = string(*ref.Namespace)
 	}
-	if ns != r.Namespace && !t.granted(r.Namespace, ns, string(ref.Name)) {
+	if ns != r.Namespace && !t.granted(t.kind, r.Namespace, ns, string(ref.Name)) {
 		return "", false, string(gwv1.RouteReasonRefNotPermitted), fmt.Sprintf("backend %s/%s: no ReferenceGrant in %s allows it", ns, ref.Name, ns)
 	}
 	svc := t.s.Services[ns+"/"+string(ref.Name)]
@@ -617,6 +643,9 @@ func (t *translator) backend(r *gwv1.HTTPRoute, ref *gwv1.BackendObjectReference
 		mode, suffix = config.ModeClusterIP, "/clusterIP"
 	}
 	protocol := backendProtocol(svc, int32(*ref.Port))
+	if t.kind == kindGRPCRoute {
+		protocol = config.ProtocolH2C // gRPC is HTTP/2 (GEP-1016)
+	}
 	if protocol != "" {
 		suffix += "/" + protocol
 	}
@@ -650,15 +679,15 @@ func backendProtocol(svc *corev1.Service, port int32) string {
 	return ""
 }
 
-// granted reports whether a ReferenceGrant in namespace to lets HTTPRoutes
-// of namespace from reach the Service name.
-func (t *translator) granted(from, to, name string) bool {
+// granted reports whether a ReferenceGrant in namespace to lets routes of
+// kind in namespace from reach the Service name.
+func (t *translator) granted(kind gwv1.Kind, from, to, name string) bool {
 	for _, g := range t.s.Grants {
 		if g.Namespace != to {
 			continue
 		}
 		okFrom := slices.ContainsFunc(g.Spec.From, func(f gwv1.ReferenceGrantFrom) bool {
-			return f.Group == gatewayGroup && f.Kind == kindRoute && string(f.Namespace) == from
+			return f.Group == gatewayGroup && f.Kind == kind && string(f.Namespace) == from
 		})
 		okTo := slices.ContainsFunc(g.Spec.To, func(to gwv1.ReferenceGrantTo) bool {
 			return (to.Group == "" || to.Group == "core") && to.Kind == kindService && (to.Name == nil || string(*to.Name) == name)
@@ -869,4 +898,73 @@ func matchKey(m *route.Match) string {
 	values("h:", m.Headers, true)
 	values("q:", m.Query, false)
 	return b.String()
+}
+
+// grpcAsHTTP is the HTTPRoute a GRPCRoute amounts to (GEP-1016): a gRPC
+// call is an HTTP/2 POST to /service/method, so its method match is a
+// path match, its header matches and filters are HTTPRoute's, and its
+// backends are spoken to over HTTP/2 (translator.backend).
+func grpcAsHTTP(g *gwv1.GRPCRoute) *gwv1.HTTPRoute {
+	r := &gwv1.HTTPRoute{ObjectMeta: g.ObjectMeta}
+	r.Spec.ParentRefs, r.Spec.Hostnames = g.Spec.ParentRefs, g.Spec.Hostnames
+	for _, gr := range g.Spec.Rules {
+		hr := gwv1.HTTPRouteRule{Name: gr.Name}
+		for _, m := range gr.Matches {
+			hr.Matches = append(hr.Matches, grpcMatch(&m))
+		}
+		for _, f := range gr.Filters {
+			switch f.Type {
+			case gwv1.GRPCRouteFilterRequestHeaderModifier:
+				hr.Filters = append(hr.Filters, gwv1.HTTPRouteFilter{Type: gwv1.HTTPRouteFilterRequestHeaderModifier, RequestHeaderModifier: f.RequestHeaderModifier})
+			case gwv1.GRPCRouteFilterResponseHeaderModifier:
+				hr.Filters = append(hr.Filters, gwv1.HTTPRouteFilter{Type: gwv1.HTTPRouteFilterResponseHeaderModifier, ResponseHeaderModifier: f.ResponseHeaderModifier})
+			case gwv1.GRPCRouteFilterRequestMirror:
+				hr.Filters = append(hr.Filters, gwv1.HTTPRouteFilter{Type: gwv1.HTTPRouteFilterRequestMirror, RequestMirror: f.RequestMirror})
+			}
+		}
+		for _, br := range gr.BackendRefs {
+			hr.BackendRefs = append(hr.BackendRefs, gwv1.HTTPBackendRef{BackendRef: br.BackendRef})
+		}
+		r.Spec.Rules = append(r.Spec.Rules, hr)
+	}
+	return r
+}
+
+// grpcMatch is the HTTPRoute match of a GRPCRoute match. Of type Exact
+// (the default), service and method make an exact path, a service alone
+// the prefix /service (by segments), a method alone a path of any
+// service; of type RegularExpression, both are expressions of a path
+// /service/method, an absent one any segment.
+func grpcMatch(m *gwv1.GRPCRouteMatch) gwv1.HTTPRouteMatch {
+	var out gwv1.HTTPRouteMatch
+	if mm := m.Method; mm != nil {
+		svc, meth := "", ""
+		if mm.Service != nil {
+			svc = *mm.Service
+		}
+		if mm.Method != nil {
+			meth = *mm.Method
+		}
+		exact := mm.Type == nil || *mm.Type == gwv1.GRPCMethodMatchExact
+		path := gwv1.HTTPPathMatch{Type: ptrTo(gwv1.PathMatchRegularExpression)}
+		switch {
+		case exact && svc != "" && meth != "":
+			path.Type, path.Value = ptrTo(gwv1.PathMatchExact), ptrTo("/"+svc+"/"+meth)
+		case exact && svc != "":
+			path.Type, path.Value = ptrTo(gwv1.PathMatchPathPrefix), ptrTo("/"+svc)
+		case exact && meth != "":
+			path.Value = ptrTo("/[^/]+/" + regexp.QuoteMeta(meth))
+		default:
+			path.Value = ptrTo("/" + cmp.Or(svc, "[^/]+") + "/" + cmp.Or(meth, "[^/]+"))
+		}
+		out.Path = &path
+	}
+	for _, h := range m.Headers {
+		typ := gwv1.HeaderMatchExact
+		if h.Type != nil && *h.Type == gwv1.GRPCHeaderMatchRegularExpression {
+			typ = gwv1.HeaderMatchRegularExpression
+		}
+		out.Headers = append(out.Headers, gwv1.HTTPHeaderMatch{Type: &typ, Name: gwv1.HTTPHeaderName(h.Name), Value: h.Value})
+	}
+	return out
 }

@@ -443,6 +443,7 @@ func TestListenerKindsAndProtocols(t *testing.T) {
 	res := Translate(s, Options{ControllerName: DefaultControllerName, Addresses: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/24")}})
 
 	httpRoute := []gwv1.RouteGroupKind{{Group: ptr(gwv1.Group(gwv1.GroupName)), Kind: kindRoute}}
+	both := append(slices.Clone(httpRoute), gwv1.RouteGroupKind{Group: ptr(gwv1.Group(gwv1.GroupName)), Kind: kindGRPCRoute})
 	for _, tc := range []struct {
 		gw       *gwv1.Gateway
 		listener string
@@ -450,7 +451,7 @@ func TestListenerKindsAndProtocols(t *testing.T) {
 		reason   gwv1.ListenerConditionReason // of ResolvedRefs when accepted, else of Accepted
 		kinds    []gwv1.RouteGroupKind
 	}{
-		{&some, "http", true, gwv1.ListenerReasonResolvedRefs, httpRoute},
+		{&some, "http", true, gwv1.ListenerReasonResolvedRefs, both},
 		{&some, "invalid", false, gwv1.ListenerReasonUnsupportedProtocol, nil},
 		{&kinds, "only-invalid", true, gwv1.ListenerReasonInvalidRouteKinds, []gwv1.RouteGroupKind{}},
 		{&kinds, "mixed", true, gwv1.ListenerReasonInvalidRouteKinds, httpRoute},
@@ -469,7 +470,7 @@ func TestListenerKindsAndProtocols(t *testing.T) {
 		if cond == nil || cond.Reason != string(tc.reason) {
 			t.Errorf("%s/%s: %+v, want reason %s", tc.gw.Name, tc.listener, ls.Conditions, tc.reason)
 		}
-		if len(ls.SupportedKinds) != len(tc.kinds) || len(tc.kinds) == 1 && ls.SupportedKinds[0].Kind != kindRoute {
+		if !slices.EqualFunc(ls.SupportedKinds, tc.kinds, func(a, b gwv1.RouteGroupKind) bool { return a.Kind == b.Kind && *a.Group == *b.Group }) {
 			t.Errorf("%s/%s: supportedKinds %v, want %v", tc.gw.Name, tc.listener, ls.SupportedKinds, tc.kinds)
 		}
 	}
@@ -516,15 +517,15 @@ func TestShadowedRoutes(t *testing.T) {
 		}
 	}
 	c := &Controller{opts: Options{ControllerName: DefaultControllerName}}
-	st := c.routeStatus(&newer, res.Routes["infra/newer"])
+	st := c.routeStatus(newer.Generation, &newer.Status.RouteStatus, res.Routes["infra/newer"])
 	if cond := apimeta.FindStatusCondition(st.Parents[0].Conditions, string(ConditionShadowed)); cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != string(ReasonMatchesTaken) {
 		t.Errorf("the newer route's parent conditions: %+v", st.Parents[0].Conditions)
 	}
 	// Once the older route is gone, the condition goes too.
-	newer.Status = *st
+	newer.Status.RouteStatus = *st
 	s.HTTPRoutes = []gwv1.HTTPRoute{newer, other}
 	res = Translate(s, opts)
-	st = c.routeStatus(&newer, res.Routes["infra/newer"])
+	st = c.routeStatus(newer.Generation, &newer.Status.RouteStatus, res.Routes["infra/newer"])
 	if cond := apimeta.FindStatusCondition(st.Parents[0].Conditions, string(ConditionShadowed)); cond != nil {
 		t.Errorf("the condition outlived the conflict: %+v", cond)
 	}
@@ -611,5 +612,80 @@ func TestFramingHeaderFilterRefused(t *testing.T) {
 	}
 	if _, err := route.Compile(res.Routing.Rules); err == nil || !strings.Contains(err.Error(), "baton's to write") {
 		t.Errorf("the rule compiled: %v", err)
+	}
+}
+
+// A GRPCRoute is served as the HTTPRoute it amounts to (GEP-1016): its
+// method matches are paths /service/method (Exact: both, a service alone,
+// a method alone; RegularExpression), its backends are spoken to over
+// HTTP/2 whatever their appProtocol, its status is its own (an HTTPRoute
+// of the same name is another route), and a listener that allows only
+// HTTPRoutes does not take it.
+func TestGRPCRoute(t *testing.T) {
+	gw := gateway("infra", "gw", "baton", 0, listener("http", 80, ""))
+	httpOnly := listener("http-only", 81, "")
+	httpOnly.AllowedRoutes = &gwv1.AllowedRoutes{Kinds: []gwv1.RouteGroupKind{{Kind: kindRoute}}}
+	gw.Spec.Listeners = append(gw.Spec.Listeners, httpOnly)
+	method := func(typ gwv1.GRPCMethodMatchType, svc, meth string, backend string) gwv1.GRPCRouteRule {
+		m := &gwv1.GRPCMethodMatch{Type: ptr(typ)}
+		if svc != "" {
+			m.Service = ptr(svc)
+		}
+		if meth != "" {
+			m.Method = ptr(meth)
+		}
+		return gwv1.GRPCRouteRule{Matches: []gwv1.GRPCRouteMatch{{Method: m}},
+			BackendRefs: []gwv1.GRPCBackendRef{{BackendRef: gwv1.BackendRef{BackendObjectReference: gwv1.BackendObjectReference{Name: gwv1.ObjectName(backend), Port: ptr(gwv1.PortNumber(8080))}}}}}
+	}
+	g := gwv1.GRPCRoute{ObjectMeta: meta("infra", "a", 1)}
+	g.Spec.ParentRefs = []gwv1.ParentReference{{Name: "gw"}}
+	g.Spec.Hostnames = []gwv1.Hostname{"grpc.example"}
+	g.Spec.Rules = []gwv1.GRPCRouteRule{
+		method(gwv1.GRPCMethodMatchExact, "echo.Echo", "Echo", "both"),
+		method(gwv1.GRPCMethodMatchExact, "echo.Other", "", "service"),
+		method(gwv1.GRPCMethodMatchExact, "", "Lonely", "method"),
+		method(gwv1.GRPCMethodMatchRegularExpression, "re\\..*", "Get.+", "regex"),
+	}
+	s := &Snapshot{
+		Classes:    []gwv1.GatewayClass{class("baton", DefaultControllerName)},
+		Gateways:   []gwv1.Gateway{gw},
+		HTTPRoutes: []gwv1.HTTPRoute{httpRoute("infra", "a", 2, "infra/gw", []string{"http.example"}, "/", "both")},
+		GRPCRoutes: []gwv1.GRPCRoute{g},
+		Services:   map[string]*corev1.Service{},
+	}
+	for _, n := range []string{"both", "service", "method", "regex"} {
+		s.Services["infra/"+n] = service("infra", n)
+	}
+	res := Translate(s, opts)
+	lookup := table(t, res)
+	l := listenerName(&gw, 80)
+	b := func(n string) string { return "k8s/infra/" + n + ":8080/h2c" }
+	for _, tc := range []struct{ path, want string }{
+		{"/echo.Echo/Echo", b("both")},
+		{"/echo.Echo/EchoTwo", "404"},
+		{"/echo.Other/Anything", b("service")},
+		{"/echo.OtherX/Anything", "404"},
+		{"/any.Service/Lonely", b("method")},
+		{"/re.x/GetThing", b("regex")},
+		{"/re.x/Put", "404"},
+	} {
+		if got := lookup(l, "grpc.example", tc.path); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.path, got, tc.want)
+		}
+	}
+	if got := lookup(l, "http.example", "/x"); got != "k8s/infra/both:8080" {
+		t.Errorf("the HTTPRoute of the same name and Service: %s (its backend speaks HTTP/1.1)", got)
+	}
+	for _, bc := range res.Routing.Backends {
+		if strings.HasSuffix(bc.Name, "/h2c") != (bc.Protocol == "h2c") {
+			t.Errorf("backend %s: protocol %q", bc.Name, bc.Protocol)
+		}
+	}
+	ps := res.Routes["GRPCRoute infra/a"]
+	if len(ps) != 1 || !ps[0].Accepted || !ps[0].ResolvedRefs || len(res.Routes["infra/a"]) != 1 {
+		t.Fatalf("statuses: GRPCRoute %+v, HTTPRoute %+v", ps, res.Routes["infra/a"])
+	}
+	if n := res.Attached["infra/gw/http-only"]; n != 1 {
+		t.Errorf("the HTTPRoute-only listener has %d routes attached, want 1 (the HTTPRoute)", n)
 	}
 }
