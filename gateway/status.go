@@ -99,31 +99,28 @@ func (c *Controller) writeStatuses(ctx context.Context, s *Snapshot, res *Result
 			write("gateways", g.Namespace, g.Name, out)
 		}
 	}
+	route := func(resource, rkey string, meta *metav1.ObjectMeta, rs *gwv1.RouteStatus, withStatus func(gwv1.RouteStatus) runtime.Object) {
+		if parents, ok := res.Routes[rkey]; ok {
+			if st := c.routeStatus(meta.Generation, rs, parents); !reflect.DeepEqual(st, rs) {
+				write(resource, meta.Namespace, meta.Name, withStatus(*st))
+			}
+		}
+	}
 	for i := range s.HTTPRoutes {
 		r := &s.HTTPRoutes[i]
-		parents, ok := res.Routes[key(&r.ObjectMeta)]
-		if !ok {
-			continue
-		}
-		st := c.routeStatus(r.Generation, &r.Status.RouteStatus, parents)
-		if !reflect.DeepEqual(st, &r.Status.RouteStatus) {
+		route("httproutes", key(&r.ObjectMeta), &r.ObjectMeta, &r.Status.RouteStatus, func(st gwv1.RouteStatus) runtime.Object {
 			out := r.DeepCopy()
-			out.Status.RouteStatus = *st
-			write("httproutes", r.Namespace, r.Name, out)
-		}
+			out.Status.RouteStatus = st
+			return out
+		})
 	}
 	for i := range s.GRPCRoutes {
 		r := &s.GRPCRoutes[i]
-		parents, ok := res.Routes[routeKey(kindGRPCRoute, &r.ObjectMeta)]
-		if !ok {
-			continue
-		}
-		st := c.routeStatus(r.Generation, &r.Status.RouteStatus, parents)
-		if !reflect.DeepEqual(st, &r.Status.RouteStatus) {
+		route("grpcroutes", routeKey(kindGRPCRoute, &r.ObjectMeta), &r.ObjectMeta, &r.Status.RouteStatus, func(st gwv1.RouteStatus) runtime.Object {
 			out := r.DeepCopy()
-			out.Status.RouteStatus = *st
-			write("grpcroutes", r.Namespace, r.Name, out)
-		}
+			out.Status.RouteStatus = st
+			return out
+		})
 	}
 	return n
 }

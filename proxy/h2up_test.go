@@ -208,14 +208,14 @@ func TestH2BackendGoAway(t *testing.T) {
 	}
 }
 
-// grpcCall makes a unary gRPC call's HTTP request (an empty message) with
-// the grpc-timeout given ("" for none).
+// grpcCall makes a unary gRPC call's HTTP request (an empty message) for
+// host with the grpc-timeout given ("" for none), without TE: trailers
+// (baton sends it upstream itself).
 func grpcCall(t *testing.T, url, timeout, host string) *http.Response {
 	t.Helper()
 	req, _ := http.NewRequest("POST", url, strings.NewReader("\x00\x00\x00\x00\x00"))
 	req.Host = host
 	req.Header.Set("Content-Type", "application/grpc")
-	req.Header.Set("TE", "trailers")
 	if timeout != "" {
 		req.Header.Set("Grpc-Timeout", timeout)
 	}
@@ -290,22 +290,7 @@ routes:
 	if resp.StatusCode != 200 || grpcStatusOf(resp) != "0" {
 		t.Fatalf("call: %d grpc-status %q", resp.StatusCode, grpcStatusOf(resp))
 	}
-	hostCall := func(host, path, timeout string) *http.Response {
-		req, _ := http.NewRequest("POST", base+path, strings.NewReader("\x00\x00\x00\x00\x00"))
-		req.Host = host
-		req.Header.Set("Content-Type", "application/grpc")
-		if timeout != "" {
-			req.Header.Set("Grpc-Timeout", timeout)
-		}
-		resp, err := h2cClient().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp
-	}
-	resp = hostCall("app.example", "/svc/Echo", "3S")
+	resp = grpcCall(t, base+"/svc/Echo", "3S", "app.example")
 	if grpcStatusOf(resp) != "0" {
 		t.Fatalf("call with a deadline: grpc-status %q", grpcStatusOf(resp))
 	}
@@ -321,7 +306,7 @@ routes:
 		{"app.example", "/svc/Slow", "", "4"}, // responseTimeout 2s
 	} {
 		start := time.Now()
-		resp := hostCall(tt.host, tt.path, tt.timeout)
+		resp := grpcCall(t, base+tt.path, tt.timeout, tt.host)
 		if resp.StatusCode != 200 || grpcStatusOf(resp) != tt.want || resp.Header.Get("Content-Type") != "application/grpc" {
 			t.Fatalf("%s%s (timeout %q): %d grpc-status %q content-type %q, want 200 grpc-status %s", tt.host, tt.path, tt.timeout, resp.StatusCode, grpcStatusOf(resp), resp.Header.Get("Content-Type"), tt.want)
 		}
