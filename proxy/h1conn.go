@@ -1157,6 +1157,17 @@ type prefixConn struct {
 	prefix []byte
 }
 
+// CloseWrite closes the writing side of the connection under it. The
+// end of an HTTP/2 connection needs it (h2.Conn's lingering close): a
+// full close while the client still sends resets the connection, and the
+// reset can destroy the last responses before the client reads them.
+func (c *prefixConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
+
 func (c *prefixConn) Read(p []byte) (int, error) {
 	if len(c.prefix) > 0 {
 		n := copy(p, c.prefix)
