@@ -35,6 +35,10 @@ func keptBlock(path string) string {
 	if k, l := strings.Index(s, ingressBegin), strings.Index(s, ingressEnd); k > j && l > k {
 		kept += "\n\n" + s[k:l+len(ingressEnd)]
 	}
+	// And the gRPC section (scripts/grpcbench.sh, written by hand).
+	if k, l := strings.Index(s, grpcBegin), strings.Index(s, grpcEnd); l > k && k >= 0 {
+		kept += "\n\n" + s[k:l+len(grpcEnd)]
+	}
 	return "\n" + kept + "\n"
 }
 
@@ -42,6 +46,8 @@ func keptBlock(path string) string {
 const (
 	ingressBegin = "<!-- ingress: begin"
 	ingressEnd   = "<!-- ingress: end -->"
+	grpcBegin    = "<!-- grpc: begin"
+	grpcEnd      = "<!-- grpc: end -->"
 )
 
 func report(r *Results) string {

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Unary gRPC calls through baton (backend protocol h2c), nginx's grpc_pass
+# and HAProxy (proto h2), to the same backend, interleaved: 3 rounds of
+# 5 s each, 32 concurrent calls over 1 and over 32 connections; then 15
+# reloads 400 ms apart under load for baton and nginx. Not yet part of
+# make bench (issue 24); figures in docs/benchmarks.md.
+# Ports 24080 (baton), 24180 (nginx), 24280 (HAProxy), 24900 (backend).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	[ -f "$work/nginx.pid" ] && kill -QUIT "$(cat "$work/nginx.pid")" 2>/dev/null || true
+	sleep 1
+	rm -rf "$work"
+}
+trap cleanup EXIT
+CGO_ENABLED=0 go build -tags urfave_cli_no_docs -o "$work/baton" ./cmd/baton
+go build -o "$work/backend" ./integration/cmd/backend
+go build -o "$work/grpcload" ./integration/cmd/grpcload
+cat > "$work/baton.yaml" <<EOC
+controlSocket: $work/run/control.sock
+workers: 2
+listeners:
+  - {name: web, address: "127.0.0.1:24080", reusePort: true}
+backends:
+  - {name: app, static: ["127.0.0.1:24900"], protocol: h2c}
+routes:
+  - {listener: web, backend: app}
+EOC
+cat > "$work/nginx.conf" <<EOC
+worker_processes 2;
+pid $work/nginx.pid;
+error_log $work/nginx-error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream app { server 127.0.0.1:24900; keepalive 64; }
+  server { listen 127.0.0.1:24180 http2; location / { grpc_pass grpc://app; } }
+}
+EOC
+cat > "$work/haproxy.cfg" <<EOC
+global
+  nbthread 2
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+frontend f
+  bind 127.0.0.1:24280 proto h2
+  default_backend b
+backend b
+  server s1 127.0.0.1:24900 proto h2
+EOC
+mkdir -p "$work/run"
+"$work/backend" -http 127.0.0.1:24900 >"$work/backend.log" 2>&1 & pids+=($!)
+"$work/baton" run --config "$work/baton.yaml" >"$work/baton.log" 2>&1 & pids+=($!)
+baton=$!
+nginx -c "$work/nginx.conf"
+haproxy -f "$work/haproxy.cfg" >"$work/haproxy.log" 2>&1 & pids+=($!)
+sleep 2
+for c in 1 32; do
+	for r in 1 2 3; do
+		for t in baton:24080 nginx:24180 haproxy:24280; do
+			echo "conns=$c round=$r ${t%%:*}: $("$work/grpcload" -addr "127.0.0.1:${t##*:}" -d 5s -conns "$c" | tail -1)"
+		done
+	done
+done
+echo "15 reloads under load, baton: $( ("$work/grpcload" -addr 127.0.0.1:24080 -d 8s -conns 4 | tail -1) & sleep 1; for i in $(seq 15); do kill -HUP "$baton"; sleep 0.4; done; wait)"
+echo "15 reloads under load, nginx: $( ("$work/grpcload" -addr 127.0.0.1:24180 -d 8s -conns 4 | tail -1) & sleep 1; for i in $(seq 15); do nginx -c "$work/nginx.conf" -s reload 2>/dev/null; sleep 0.4; done; wait)"
