@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/proxy/h1"
+	"github.com/baton-proxy/baton/proxy/h2"
 	"golang.org/x/net/http2"
 )
 
@@ -411,20 +412,9 @@ func (hc *h1conn) relayH2(up *h2Upstream, rt *routed) bool {
 func announcedTrailers(req *h1.Request) http.Header {
 	t := make(http.Header)
 	for _, name := range strings.Split(string(req.Field("trailer")), ",") {
-		if name = strings.TrimSpace(name); name != "" && !notTrailer(name) {
+		if name = strings.TrimSpace(name); name != "" && h2.TrailerAllowed(strings.ToLower(name)) {
 			t[http.CanonicalHeaderKey(name)] = nil
 		}
 	}
 	return t
-}
-
-// notTrailer reports whether a field may not be a trailer (RFC 9110
-// §6.5.1: framing, routing, authentication, controls).
-func notTrailer(name string) bool {
-	switch strings.ToLower(name) {
-	case "transfer-encoding", "content-length", "content-type", "content-encoding", "host", "te", "trailer",
-		"connection", "keep-alive", "upgrade", "authorization", "cookie", "set-cookie":
-		return true
-	}
-	return false
 }

@@ -146,7 +146,18 @@ func (p *h2Conns) retire() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.retired = true
-	p.reapLocked(time.Now(), 1)
+	p.closeIdleLocked()
+}
+
+// closeIdle closes the connections that carry no stream.
+func (p *h2Conns) closeIdle() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closeIdleLocked()
+}
+
+func (p *h2Conns) closeIdleLocked() {
+	p.reapLocked(time.Now(), time.Nanosecond) // every connection is older than that
 }
 
 // reopen lets a retired endpoint's pool take requests again.
@@ -260,7 +271,7 @@ type upstreamRequest struct {
 // as baton forwards any request (h1.Request.WriteHead), read back as
 // fields; the hop-by-hop ones were left out by WriteHead already, Host
 // becomes :authority.
-func (u *upstreamRequest) build(ctx context.Context, b *backend, ep *endpoint, now time.Time) (*http.Request, error) {
+func (u *upstreamRequest) build(ctx context.Context, ep *endpoint, now time.Time) *http.Request {
 	h := h2Heads.Get().(*h2Head)
 	defer h2Heads.Put(h)
 	h.buf.Reset()
@@ -291,16 +302,16 @@ func (u *upstreamRequest) build(ctx context.Context, b *backend, ep *endpoint, n
 		case u.grpc && h1.EqualFold(name, "grpc-timeout"):
 			continue // written below, shortened by the time spent
 		}
-		k := string(name)
+		k := http.CanonicalHeaderKey(string(name))
 		hdr[k] = append(hdr[k], string(value))
 	}
-	if hdr.Get("user-agent") == "" {
+	if _, ok := hdr["User-Agent"]; !ok {
 		hdr["User-Agent"] = nil // x/net/http2 would add Go's
 	}
 	if u.grpc {
-		hdr["te"] = []string{"trailers"} // gRPC over HTTP/2 asks for it (PROTOCOL-HTTP2.md)
+		hdr["Te"] = []string{"trailers"} // gRPC over HTTP/2 asks for it (PROTOCOL-HTTP2.md)
 		if !u.deadline.IsZero() {
-			hdr["grpc-timeout"] = []string{appendGRPCTimeout(nil, u.deadline.Sub(now))}
+			hdr["Grpc-Timeout"] = []string{appendGRPCTimeout(nil, u.deadline.Sub(now))}
 		}
 	}
 	path, query, _ := strings.Cut(string(target), "?")
@@ -333,7 +344,7 @@ func (u *upstreamRequest) build(ctx context.Context, b *backend, ep *endpoint, n
 	} else {
 		r.Body, r.ContentLength = http.NoBody, 0
 	}
-	return r, nil
+	return r
 }
 
 // h2Upstream is a request's exchange with an HTTP/2 backend: the
@@ -433,21 +444,18 @@ func exchangeH2(f *httpFrontend, w *upstreamWork, rt *routed, set *endpointSet, 
 			continue
 		}
 		x.cc = cc
-		r, err := u.build(ctx, b, ep, now)
-		if err == nil {
-			ep.inflight.Add(1)
-			if x.resp, err = cc.RoundTrip(r); err == nil {
-				if x.timeout > 0 {
-					x.timer.Reset(x.timeout)
-				} else if u.deadline.IsZero() {
-					x.timer.Stop()
-				} else {
-					x.timer.Reset(time.Until(u.deadline))
-				}
-				return x, 0, nil
+		ep.inflight.Add(1)
+		if x.resp, err = cc.RoundTrip(u.build(ctx, ep, now)); err == nil {
+			if x.timeout > 0 {
+				x.timer.Reset(x.timeout)
+			} else if u.deadline.IsZero() {
+				x.timer.Stop()
+			} else {
+				x.timer.Reset(time.Until(u.deadline))
 			}
-			ep.inflight.Add(-1)
+			return x, 0, nil
 		}
+		ep.inflight.Add(-1)
 		if c := context.Cause(ctx); c == errGRPCDeadline || c == errResponseTimeout {
 			err = c
 		}

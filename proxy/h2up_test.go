@@ -90,6 +90,7 @@ func TestH2Backend(t *testing.T) {
 
 	// An HTTP/2 client, with a request trailer.
 	pr, pw := io.Pipe()
+	defer pr.Close() // a failed request leaves the writer below no reader: this ends it
 	req, _ := http.NewRequest("POST", "http://"+web+"/echo", pr)
 	req.Trailer = http.Header{"X-Checksum": nil}
 	go func() {
@@ -378,43 +379,31 @@ func rawH2Backend(t *testing.T, respond func(fr *http2.Framer, enc *hpack.Encode
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Go(func() {
+	return serveConns(t, ln, func(c net.Conn) {
+		preface := make([]byte, len(http2.ClientPreface))
+		if _, err := io.ReadFull(c, preface); err != nil {
+			return
+		}
+		fr := http2.NewFramer(c, c)
+		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		fr.WriteSettings()
+		var buf bytes.Buffer
+		enc := hpack.NewEncoder(&buf)
 		for {
-			c, err := ln.Accept()
+			f, err := fr.ReadFrame()
 			if err != nil {
 				return
 			}
-			wg.Go(func() {
-				defer c.Close()
-				preface := make([]byte, len(http2.ClientPreface))
-				if _, err := io.ReadFull(c, preface); err != nil {
-					return
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
 				}
-				fr := http2.NewFramer(c, c)
-				fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-				fr.WriteSettings()
-				var buf bytes.Buffer
-				enc := hpack.NewEncoder(&buf)
-				for {
-					f, err := fr.ReadFrame()
-					if err != nil {
-						return
-					}
-					switch f := f.(type) {
-					case *http2.SettingsFrame:
-						if !f.IsAck() {
-							fr.WriteSettingsAck()
-						}
-					case *http2.MetaHeadersFrame:
-						respond(fr, enc, &buf, f.StreamID, f.PseudoValue("path"))
-					}
-				}
-			})
+			case *http2.MetaHeadersFrame:
+				respond(fr, enc, &buf, f.StreamID, f.PseudoValue("path"))
+			}
 		}
 	})
-	return ln.Addr().String()
 }
 
 // TestH2BackendMalformedResponse: a backend that breaks HTTP/2 in its

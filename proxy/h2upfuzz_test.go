@@ -7,6 +7,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,47 +65,44 @@ func FuzzH2Backend(f *testing.F) {
 
 func runFuzzH2(t *testing.T, in []byte) {
 	bc := config.Backend{IdleTimeout: config.Duration(time.Second), SendTimeout: config.Duration(time.Second)}
-	{
-		client, server := net.Pipe()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			go io.Copy(io.Discard, server) // the client's preface, SETTINGS, request
-			var settings bytes.Buffer
-			http2.NewFramer(&settings, nil).WriteSettings()
-			server.Write(settings.Bytes())
-			server.Write(in)
-			server.Close() // all said: the client sees EOF, not a wait
-		}()
-		defer func() { client.Close(); server.Close(); <-done }()
-		cc, err := newH2Transport(&bc, 64<<10).NewClientConn(client)
-		if err != nil {
-			return
-		}
-		defer cc.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://backend/", nil)
-		resp, err := cc.RoundTrip(req)
-		if err != nil {
-			return
-		}
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		for _, h := range []http.Header{resp.Header, resp.Trailer} {
-			for k, vv := range h {
-				if !httpguts.ValidHeaderFieldName(k) {
-					t.Fatalf("field name %q relayed", k)
-				}
-				for _, v := range vv {
-					if !httpguts.ValidHeaderFieldValue(v) {
-						t.Fatalf("field %s: value %q relayed", k, v)
-					}
+	client, server := net.Pipe()
+	var wg sync.WaitGroup
+	defer func() { client.Close(); server.Close(); wg.Wait() }()
+	wg.Go(func() { io.Copy(io.Discard, server) }) // the client's preface, SETTINGS, request
+	wg.Go(func() {
+		var settings bytes.Buffer
+		http2.NewFramer(&settings, nil).WriteSettings()
+		server.Write(settings.Bytes())
+		server.Write(in)
+		server.Close() // all said: the client sees EOF, not a wait
+	})
+	cc, err := newH2Transport(&bc, 64<<10).NewClientConn(client)
+	if err != nil {
+		return
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://backend/", nil)
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		return
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	for _, h := range []http.Header{resp.Header, resp.Trailer} {
+		for k, vv := range h {
+			if !httpguts.ValidHeaderFieldName(k) {
+				t.Fatalf("field name %q relayed", k)
+			}
+			for _, v := range vv {
+				if !httpguts.ValidHeaderFieldValue(v) {
+					t.Fatalf("field %s: value %q relayed", k, v)
 				}
 			}
 		}
-		if resp.StatusCode < 100 || resp.StatusCode > 999 {
-			t.Fatalf("status %d relayed", resp.StatusCode)
-		}
+	}
+	if resp.StatusCode < 100 || resp.StatusCode > 999 {
+		t.Fatalf("status %d relayed", resp.StatusCode)
 	}
 }

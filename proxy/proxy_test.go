@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -93,6 +94,55 @@ routes:
   - listener: web
     backend: app
 `, `"`+strings.Join(backends, `", "`)+`"`)
+}
+
+// serveConns serves ln's connections with handle, each in a goroutine of
+// its own, until the test ends: then the listener and the connections
+// still open are closed, and every goroutine is waited for. It returns
+// ln's address.
+func serveConns(t testing.TB, ln net.Listener, handle func(net.Conn)) string {
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		open   = map[net.Conn]struct{}{}
+		closed bool
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		closed = true
+		for c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			if closed {
+				mu.Unlock()
+				c.Close()
+				return
+			}
+			open[c] = struct{}{}
+			mu.Unlock()
+			wg.Go(func() {
+				defer func() {
+					mu.Lock()
+					delete(open, c)
+					mu.Unlock()
+					c.Close()
+				}()
+				handle(c)
+			})
+		}
+	})
+	return ln.Addr().String()
 }
 
 func hostOf(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }

@@ -189,20 +189,7 @@ func tlsEcho(t *testing.T, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.WriteString(c, "I am "+name+"\n")
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return serveConns(t, ln, func(c net.Conn) { io.WriteString(c, "I am "+name+"\n") })
 }
 
 // A tcp listener with tls.mode passthrough (issue 24; nginx's

@@ -13,7 +13,6 @@ import (
 	"math/big"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,18 +75,7 @@ func serveHandshakes(t *testing.T, tc *tls.Config) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() { c.(*tls.Conn).Handshake(); c.Close() })
-		}
-	})
-	return ln.Addr().String()
+	return serveConns(t, ln, func(c net.Conn) { c.(*tls.Conn).Handshake() })
 }
 
 // An RSA key signs in OpenSSL in a binary built with it, in Go otherwise,

@@ -202,7 +202,7 @@ func (p *addrPool) reap(now time.Time) {
 // carry no stream).
 func (p *addrPool) closeIdle() {
 	if c := p.h2.Load(); c != nil {
-		c.reap(time.Now(), 1)
+		c.closeIdle()
 	}
 	idle := p.idle()
 	for {

@@ -138,13 +138,18 @@ var notInTrailers = map[string]bool{
 	"trailer": true, "expect": true, "max-forwards": true,
 }
 
+// TrailerAllowed reports whether a field named name (lower case) may be
+// passed on in a trailer section: not one that frames, routes or
+// authenticates a message, nor a connection-specific one.
+func TrailerAllowed(name string) bool { return !notInTrailers[name] }
+
 // keepTrailers returns the trailer fields of fs a proxy may pass on; their
 // names and values were checked by the Framer (valid tokens in lower
 // case, values without CR, LF or NUL).
 func keepTrailers(fs []hpack.HeaderField) []hpack.HeaderField {
 	var kept []hpack.HeaderField
 	for _, f := range fs {
-		if !notInTrailers[f.Name] && isToken(f.Name) && httpguts.ValidHeaderFieldValue(f.Value) {
+		if TrailerAllowed(f.Name) && isToken(f.Name) && httpguts.ValidHeaderFieldValue(f.Value) {
 			kept = append(kept, f)
 		}
 	}
