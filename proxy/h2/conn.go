@@ -105,6 +105,11 @@ var (
 	// for longer than WriteTimeout.
 	ErrStalled = errors.New("http2: flow-control window shut too long")
 	errPreface = errors.New("http2: bad client preface")
+	// errWriteClosed: a frame after the connection's writing side closed
+	// (finish). Not the client's fault: a PING, or DATA of a stream the
+	// final GOAWAY left out, can cross the GOAWAY; the answer is dropped
+	// and the reading lingers on, never a reset under the GOAWAY.
+	errWriteClosed = errors.New("http2: frame after the connection's writing side closed")
 )
 
 var clientPreface = []byte(http2.ClientPreface)
@@ -248,6 +253,7 @@ func (sc *Conn) serve() error {
 			// Read what the client still sends, so that closing does not
 			// reset the connection under the GOAWAY, until it closes or
 			// the lingering ends.
+			sc.c.SetReadDeadline(time.Now().Add(lingerTimeout))
 			io.Copy(io.Discard, &sc.rd)
 			return nil
 		}
@@ -311,7 +317,7 @@ func (sc *Conn) serve() error {
 			deadline = now.Add(sc.cfg.IdleTimeout)
 			sc.c.SetReadDeadline(deadline)
 		}
-		if err := sc.process(f); err != nil {
+		if err := sc.process(f); err != nil && !errors.Is(err, errWriteClosed) {
 			if err = sc.readError(typ, err); err != nil {
 				return err
 			}
@@ -849,6 +855,9 @@ func (sc *Conn) finish() {
 		if err := sc.bw.Flush(); err != nil {
 			sc.writeFailed(err)
 		}
+	}
+	if sc.wfail == nil {
+		sc.wfail = errWriteClosed
 	}
 	sc.releaseWriter()
 	sc.wmu.Unlock()

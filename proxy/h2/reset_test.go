@@ -1,6 +1,7 @@
 package h2
 
 import (
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -204,6 +205,53 @@ func TestMaxRequests(t *testing.T) {
 	}
 	if n := served.Load(); n != 3 {
 		t.Errorf("%d requests served, want 3", n)
+	}
+}
+
+// Frames that cross the final GOAWAY (a PING, a stream the client opened
+// before it saw the GOAWAY, that stream's DATA) reach a connection whose
+// writing side is closed already: they are read and dropped while the
+// reading lingers, never answered with a write that fails and resets the
+// connection under the GOAWAY (RFC 9113 §6.8: the client must be able to
+// read it, and retries the streams it left out). The reset made Go's
+// client fail streams it would have retried ("client connection force
+// closed").
+func TestFramesAfterGoAway(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	served := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			served <- err
+			return
+		}
+		defer c.Close()
+		served <- NewConn(c, Config{MaxRequests: 1, PrefaceTimeout: 5 * time.Second, IdleTimeout: time.Minute, WriteTimeout: 5 * time.Second}, echo).Serve()
+	}()
+	rc := dialRaw(t, ln.Addr().String())
+	rc.headers(1, true, get("/")...)
+	rc.until("the final GOAWAY", goAway(http2.ErrCodeNo))
+	rc.until("the response", responseOn(1))
+	rc.closed() // the writing side closed: the server's reader waits for a frame
+	if err := rc.fr.WritePing(false, [8]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	rc.headers(3, false, ":method", "POST", ":scheme", "http", ":authority", "example.test", ":path", "/late", "content-length", "4")
+	if err := rc.fr.WriteData(3, true, []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	rc.c.(*net.TCPConn).CloseWrite()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v, want the lingering close's nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve still running 10s after the client closed")
 	}
 }
 
