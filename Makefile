@@ -105,7 +105,7 @@ bench-kube: kubebin
 # real binary on a real API server (integration/conformance; docs/gateway.md
 # says what the rig is). PROFILES: the profiles to run, a comma list;
 # REPORT: where the suite writes its ConformanceReport.
-PROFILES ?= GATEWAY-HTTP,GATEWAY-GRPC
+PROFILES ?= GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS,GATEWAY-TCP
 REPORT ?= $(CURDIR)/.cache/conformance/report.yaml
 conformance: kubebin testdeps
 	mkdir -p $(dir $(abspath $(REPORT)))

@@ -2,10 +2,13 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 
 	"github.com/baton-proxy/baton/proxy/kube"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
@@ -58,17 +61,41 @@ var resources = []struct {
 	name      string
 	gateway   bool // gateway.networking.k8s.io, else core
 	clustered bool
-	obj       runtime.Object
-	list      func() runtime.Object
+	// optional: a route kind whose CRD a cluster may not have (an older
+	// release of the Gateway API's): without it, none is served.
+	optional bool
+	obj      runtime.Object
+	list     func() runtime.Object
 }{
-	{"gatewayclasses", true, true, &gwv1.GatewayClass{}, func() runtime.Object { return &gwv1.GatewayClassList{} }},
-	{"gateways", true, false, &gwv1.Gateway{}, func() runtime.Object { return &gwv1.GatewayList{} }},
-	{"httproutes", true, false, &gwv1.HTTPRoute{}, func() runtime.Object { return &gwv1.HTTPRouteList{} }},
-	{"grpcroutes", true, false, &gwv1.GRPCRoute{}, func() runtime.Object { return &gwv1.GRPCRouteList{} }},
-	{"referencegrants", true, false, &gwv1.ReferenceGrant{}, func() runtime.Object { return &gwv1.ReferenceGrantList{} }},
-	{"services", false, false, &corev1.Service{}, func() runtime.Object { return &corev1.ServiceList{} }},
-	{"namespaces", false, true, &corev1.Namespace{}, func() runtime.Object { return &corev1.NamespaceList{} }},
-	{"secrets", false, false, &corev1.Secret{}, func() runtime.Object { return &corev1.SecretList{} }},
+	{"gatewayclasses", true, true, false, &gwv1.GatewayClass{}, func() runtime.Object { return &gwv1.GatewayClassList{} }},
+	{"gateways", true, false, false, &gwv1.Gateway{}, func() runtime.Object { return &gwv1.GatewayList{} }},
+	{"httproutes", true, false, false, &gwv1.HTTPRoute{}, func() runtime.Object { return &gwv1.HTTPRouteList{} }},
+	{"grpcroutes", true, false, true, &gwv1.GRPCRoute{}, func() runtime.Object { return &gwv1.GRPCRouteList{} }},
+	{"tlsroutes", true, false, true, &gwv1.TLSRoute{}, func() runtime.Object { return &gwv1.TLSRouteList{} }},
+	{"tcproutes", true, false, true, &gwv1.TCPRoute{}, func() runtime.Object { return &gwv1.TCPRouteList{} }},
+	{"referencegrants", true, false, false, &gwv1.ReferenceGrant{}, func() runtime.Object { return &gwv1.ReferenceGrantList{} }},
+	{"services", false, false, false, &corev1.Service{}, func() runtime.Object { return &corev1.ServiceList{} }},
+	{"namespaces", false, true, false, &corev1.Namespace{}, func() runtime.Object { return &corev1.NamespaceList{} }},
+	{"secrets", false, false, false, &corev1.Secret{}, func() runtime.Object { return &corev1.SecretList{} }},
+}
+
+// served returns the resources the API server serves of the Gateway
+// API's version baton reads (gateway.networking.k8s.io/v1): those whose
+// CRD, at a release that serves v1, is installed.
+func (c *Client) served(ctx context.Context) (map[string]bool, error) {
+	raw, err := c.gw.Get().AbsPath("/apis", gwv1.GroupName, gwv1.GroupVersion.Version).Do(ctx).Raw()
+	if err != nil {
+		return nil, fmt.Errorf("discover %s: %w", gwv1.GroupVersion, err)
+	}
+	var list metav1.APIResourceList
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, fmt.Errorf("discover %s: %w", gwv1.GroupVersion, err)
+	}
+	out := make(map[string]bool, len(list.APIResources))
+	for _, r := range list.APIResources {
+		out[r.Name] = true
+	}
+	return out, nil
 }
 
 // fieldSelector narrows what is read of a resource: of Secrets, only

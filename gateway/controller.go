@@ -44,8 +44,7 @@ type Controller struct {
 	log    *zap.Logger
 
 	stores map[string]cache.Store // by resource
-	synced []cache.InformerSynced
-	infs   []cache.SharedIndexInformer
+	infs   []informer
 	notify chan struct{} // capacity 1: something changed
 
 	mu   sync.Mutex // protects last
@@ -61,6 +60,13 @@ type Controller struct {
 	// world counts the events of every resource but HTTPRoutes, from 1
 	// (Snapshot.World: 0 would keep nothing).
 	world atomic.Uint64
+}
+
+// informer is a resource's informer.
+type informer struct {
+	resource string
+	optional bool // see resources
+	cache.SharedIndexInformer
 }
 
 // LeaseName is the Lease the replicas share, in their namespace: its
@@ -113,7 +119,7 @@ func New(client *Client, opts Options, sink Sink, log *zap.Logger) *Controller {
 		// A change of anything but a route is a change of every route's
 		// world: each is translated again.
 		changed := c.changed
-		if r.name != "httproutes" && r.name != "grpcroutes" {
+		if !isRoutes(r.name) {
 			changed = func() {
 				c.world.Add(1)
 				c.changed()
@@ -129,10 +135,19 @@ func New(client *Client, opts Options, sink Sink, log *zap.Logger) *Controller {
 			DeleteFunc: func(any) { changed() },
 		})
 		c.stores[r.name] = inf.GetStore()
-		c.synced = append(c.synced, inf.HasSynced)
-		c.infs = append(c.infs, inf)
+		c.infs = append(c.infs, informer{r.name, r.optional, inf})
 	}
 	return c
+}
+
+// isRoutes reports whether resource is one of the route kinds: a change of
+// one route is translated alone (Snapshot.World does not turn).
+func isRoutes(resource string) bool {
+	switch resource {
+	case "httproutes", "grpcroutes", "tlsroutes", "tcproutes":
+		return true
+	}
+	return false
 }
 
 // statusOnly reports whether an update of a Gateway API object changed
@@ -165,12 +180,25 @@ func (c *Controller) changed() {
 func (c *Controller) Run(ctx context.Context) error {
 	var running sync.WaitGroup
 	defer running.Wait()
+	// A route kind whose CRD the cluster lacks is not watched (its store
+	// stays empty): the informer would wait for it for ever, and every
+	// other kind with it.
+	served, err := c.client.served(ctx)
+	if err != nil {
+		c.log.Warn("the API server's Gateway API resources unknown: watching every kind", zap.Error(err))
+	}
+	var synced []cache.InformerSynced
 	for _, inf := range c.infs {
+		if inf.optional && served != nil && !served[inf.resource] {
+			c.log.Warn("no CRD of this route kind at gateway.networking.k8s.io/v1: none is served; restart baton once it is installed", zap.String("resource", inf.resource))
+			continue
+		}
+		synced = append(synced, inf.HasSynced)
 		running.Go(func() { inf.RunWithContext(ctx) })
 	}
 	running.Go(func() { c.elector.Run(ctx) })
 	running.Go(func() { c.writeLoop(ctx) })
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("gateway: caches did not sync: %w", ctx.Err())
 	}
 	c.changed()
@@ -268,7 +296,7 @@ func (c *Controller) snapshot() *Snapshot {
 	// counts for the next translation, which it triggers.
 	s := &Snapshot{World: c.world.Load(), Services: map[string]*corev1.Service{}, Namespaces: map[string]*corev1.Namespace{}, Secrets: map[string]*corev1.Secret{}}
 	if last := c.Last(); last != nil {
-		s.Good, s.Routes = last.Good, last.Translations
+		s.Good, s.Routes, s.Assigned = last.Good, last.Translations, last.Addresses
 	}
 	for _, o := range c.stores["gatewayclasses"].List() {
 		s.Classes = append(s.Classes, *o.(*gwv1.GatewayClass))
@@ -281,6 +309,12 @@ func (c *Controller) snapshot() *Snapshot {
 	}
 	for _, o := range c.stores["grpcroutes"].List() {
 		s.GRPCRoutes = append(s.GRPCRoutes, *o.(*gwv1.GRPCRoute))
+	}
+	for _, o := range c.stores["tlsroutes"].List() {
+		s.TLSRoutes = append(s.TLSRoutes, *o.(*gwv1.TLSRoute))
+	}
+	for _, o := range c.stores["tcproutes"].List() {
+		s.TCPRoutes = append(s.TCPRoutes, *o.(*gwv1.TCPRoute))
 	}
 	for _, o := range c.stores["referencegrants"].List() {
 		s.Grants = append(s.Grants, *o.(*gwv1.ReferenceGrant))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -12,39 +13,60 @@ import (
 
 // listeners translates g's listeners into baton listeners (one per port)
 // and says what became of each (res.ListenerStatus). A port's listeners
-// share one socket, so they must share its protocol: a listener of
-// another protocol on a port taken is Conflicted (ProtocolConflict), and
-// so is one whose hostname another of the port has (HostnameConflict).
+// share one socket, so they must share its protocol (and for TLS its
+// mode): where they do not, none of the port's is accepted, and the port
+// is not served (ProtocolConflict: "its network port should not be
+// configured", the API says); a listener whose hostname another of the
+// port has is Conflicted (HostnameConflict), the first one served.
 func listeners(s *Snapshot, g *gwv1.Gateway, res *Result) {
 	addr, hasAddr := res.Addresses[key(&g.ObjectMeta)]
 	ports := map[gwv1.PortNumber]*Listener{}
 	var order []gwv1.PortNumber
 	hosts := map[gwv1.PortNumber][]string{}
-	protocols := map[gwv1.PortNumber]gwv1.ProtocolType{}
+	protocols := map[gwv1.PortNumber][]string{}
+	for _, l := range g.Spec.Listeners {
+		if proto := protocolOf(&l); proto != "" && !slices.Contains(protocols[l.Port], proto) {
+			protocols[l.Port] = append(protocols[l.Port], proto)
+		}
+	}
 	for _, l := range g.Spec.Listeners {
 		lkey := key(&g.ObjectMeta) + "/" + string(l.Name)
 		lc := ListenerConditions{Accepted: true, AcceptedReason: string(gwv1.ListenerReasonAccepted),
 			ResolvedRefs: true, ResolvedReason: string(gwv1.ListenerReasonResolvedRefs), ConflictReason: string(gwv1.ListenerReasonNoConflicts)}
+		mode := gwv1.TLSModeTerminate
+		if l.TLS != nil && l.TLS.Mode != nil {
+			mode = *l.TLS.Mode
+		}
+		if ps := protocols[l.Port]; len(ps) > 1 && protocolOf(&l) != "" {
+			msg := fmt.Sprintf("port %d has listeners of %s: one socket serves one protocol", l.Port, strings.Join(ps, " and "))
+			lc.Accepted, lc.AcceptedReason, lc.AcceptedMsg = false, string(gwv1.ListenerReasonProtocolConflict), msg
+			lc.Conflicted, lc.ConflictReason, lc.ConflictedMsg = true, string(gwv1.ListenerReasonProtocolConflict), msg
+			res.ListenerStatus[lkey] = lc
+			continue
+		}
 		var certs []Certificate
 		switch l.Protocol {
-		case gwv1.HTTPProtocolType:
-		case gwv1.HTTPSProtocolType:
-			if l.TLS != nil && l.TLS.Mode != nil && *l.TLS.Mode != gwv1.TLSModeTerminate {
+		case gwv1.HTTPProtocolType, gwv1.TCPProtocolType:
+		case gwv1.HTTPSProtocolType, gwv1.TLSProtocolType:
+			if l.Protocol == gwv1.HTTPSProtocolType && mode != gwv1.TLSModeTerminate {
 				lc.Accepted, lc.AcceptedReason, lc.AcceptedMsg = false, string(gwv1.ListenerReasonUnsupportedValue), "an HTTPS listener terminates TLS"
 				break
+			}
+			if mode == gwv1.TLSModePassthrough {
+				break // baton holds no key: the backends terminate TLS
 			}
 			certs, lc.ResolvedRefs, lc.ResolvedReason, lc.ResolvedMsg = certificates(s, g, &l, res)
 			if len(certs) == 0 && lc.ResolvedRefs {
 				lc.ResolvedRefs, lc.ResolvedReason, lc.ResolvedMsg = false, string(gwv1.ListenerReasonInvalidCertificateRef), "no certificateRefs"
 			}
 		default:
-			lc.Accepted, lc.AcceptedReason, lc.AcceptedMsg = false, string(gwv1.ListenerReasonUnsupportedProtocol), fmt.Sprintf("baton serves HTTP and HTTPS listeners here, not %s", l.Protocol)
+			lc.Accepted, lc.AcceptedReason, lc.AcceptedMsg = false, string(gwv1.ListenerReasonUnsupportedProtocol), fmt.Sprintf("baton serves HTTP, HTTPS, TLS and TCP listeners, not %s", l.Protocol)
 		}
 		if lc.Accepted {
 			var all bool
 			lc.Kinds, all = routeKinds(&l)
 			if !all {
-				lc.ResolvedRefs, lc.ResolvedReason, lc.ResolvedMsg = false, string(gwv1.ListenerReasonInvalidRouteKinds), "baton serves HTTPRoutes and GRPCRoutes on this listener, and no other kind"
+				lc.ResolvedRefs, lc.ResolvedReason, lc.ResolvedMsg = false, string(gwv1.ListenerReasonInvalidRouteKinds), fmt.Sprintf("a %s listener takes %s, and no other kind", l.Protocol, kindNames(servedKinds(l.Protocol)))
 			}
 		}
 		host := ""
@@ -55,26 +77,22 @@ func listeners(s *Snapshot, g *gwv1.Gateway, res *Result) {
 		// or not they can be served yet (an address, a certificate): a
 		// listener's status does not turn when another's certificate
 		// comes.
-		if proto, taken := protocols[l.Port]; lc.Accepted && taken {
-			switch {
-			case proto != l.Protocol:
-				lc.Conflicted, lc.ConflictReason, lc.ConflictedMsg = true, string(gwv1.ListenerReasonProtocolConflict), fmt.Sprintf("port %d serves %s", l.Port, proto)
-			case slices.Contains(hosts[l.Port], host):
-				lc.Conflicted, lc.ConflictReason, lc.ConflictedMsg = true, string(gwv1.ListenerReasonHostnameConflict), fmt.Sprintf("another listener of port %d has hostname %q", l.Port, host)
-			}
+		if lc.Accepted && slices.Contains(hosts[l.Port], host) {
+			lc.Conflicted, lc.ConflictReason, lc.ConflictedMsg = true, string(gwv1.ListenerReasonHostnameConflict), fmt.Sprintf("another listener of port %d has hostname %q", l.Port, host)
 		}
 		res.ListenerStatus[lkey] = lc
 		if !lc.Accepted || lc.Conflicted {
 			continue
 		}
-		protocols[l.Port] = l.Protocol
 		hosts[l.Port] = append(hosts[l.Port], host)
-		if !hasAddr || l.Protocol == gwv1.HTTPSProtocolType && len(certs) == 0 {
+		terminates := l.Protocol == gwv1.HTTPSProtocolType || l.Protocol == gwv1.TLSProtocolType && mode == gwv1.TLSModeTerminate
+		if !hasAddr || terminates && len(certs) == 0 {
 			continue
 		}
 		p := ports[l.Port]
 		if p == nil {
-			p = &Listener{Name: listenerName(g, l.Port), Address: netip.AddrPortFrom(addr, uint16(l.Port)), Protocol: l.Protocol}
+			p = &Listener{Name: listenerName(g, l.Port), Address: netip.AddrPortFrom(addr, uint16(l.Port)), Protocol: l.Protocol,
+				Passthrough: l.Protocol == gwv1.TLSProtocolType && mode == gwv1.TLSModePassthrough}
 			ports[l.Port] = p
 			order = append(order, l.Port)
 		}
@@ -85,31 +103,64 @@ func listeners(s *Snapshot, g *gwv1.Gateway, res *Result) {
 	}
 }
 
+// protocolOf is what listener l asks of its port's socket: its
+// protocol, and for TLS its mode ("TLS Passthrough"); "" for a protocol
+// baton does not serve, which conflicts with none.
+func protocolOf(l *gwv1.Listener) string {
+	switch l.Protocol {
+	case gwv1.HTTPProtocolType, gwv1.HTTPSProtocolType, gwv1.TCPProtocolType:
+		return string(l.Protocol)
+	case gwv1.TLSProtocolType:
+		mode := gwv1.TLSModeTerminate
+		if l.TLS != nil && l.TLS.Mode != nil {
+			mode = *l.TLS.Mode
+		}
+		return string(l.Protocol) + " " + string(mode)
+	}
+	return ""
+}
+
 // routeKinds returns the route kinds listener l takes that baton serves
 // (its supportedKinds), and whether it serves all that l names: with no
-// kinds named, HTTPRoute and GRPCRoute.
+// kinds named, those its protocol carries (servedKinds).
 func routeKinds(l *gwv1.Listener) ([]gwv1.RouteGroupKind, bool) {
-	httpRoute := gwv1.RouteGroupKind{Group: ptrTo(gwv1.Group(gatewayGroup)), Kind: kindRoute}
-	grpcRoute := gwv1.RouteGroupKind{Group: ptrTo(gwv1.Group(gatewayGroup)), Kind: kindGRPCRoute}
+	served := servedKinds(l.Protocol)
 	if l.AllowedRoutes == nil || len(l.AllowedRoutes.Kinds) == 0 {
-		return []gwv1.RouteGroupKind{httpRoute, grpcRoute}, true
+		return served, true
 	}
 	kinds, all := []gwv1.RouteGroupKind{}, true
 	for _, k := range l.AllowedRoutes.Kinds {
+		i := slices.IndexFunc(served, func(s gwv1.RouteGroupKind) bool { return isKind(k, s.Kind) })
 		switch {
-		case isKind(k, kindRoute):
-			if !slices.Contains(kinds, httpRoute) {
-				kinds = append(kinds, httpRoute)
-			}
-		case isKind(k, kindGRPCRoute):
-			if !slices.Contains(kinds, grpcRoute) {
-				kinds = append(kinds, grpcRoute)
-			}
-		default:
+		case i < 0:
 			all = false
+		case !slices.Contains(kinds, served[i]):
+			kinds = append(kinds, served[i])
 		}
 	}
 	return kinds, all
+}
+
+// servedKinds are the route kinds a listener of protocol carries: HTTP
+// and HTTPS, HTTPRoutes and GRPCRoutes; TLS, TLSRoutes; TCP, TCPRoutes.
+func servedKinds(protocol gwv1.ProtocolType) []gwv1.RouteGroupKind {
+	group := ptrTo(gwv1.Group(gatewayGroup))
+	switch protocol {
+	case gwv1.TLSProtocolType:
+		return []gwv1.RouteGroupKind{{Group: group, Kind: kindTLSRoute}}
+	case gwv1.TCPProtocolType:
+		return []gwv1.RouteGroupKind{{Group: group, Kind: kindTCPRoute}}
+	}
+	return []gwv1.RouteGroupKind{{Group: group, Kind: kindRoute}, {Group: group, Kind: kindGRPCRoute}}
+}
+
+// kindNames lists kinds for a message: "HTTPRoutes and GRPCRoutes".
+func kindNames(kinds []gwv1.RouteGroupKind) string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k.Kind) + "s"
+	}
+	return strings.Join(names, " and ")
 }
 
 // isKind reports whether k is the Gateway API's route kind kind.

@@ -55,7 +55,8 @@ func secretRef(ns, name string) gwv1.SecretObjectReference {
 // together (SNI picks); a listener whose Secret is missing, invalid or not
 // granted is not served, with ResolvedRefs false and the reason; a Secret
 // that turns invalid serves its last good content on; a port's listeners
-// share its protocol and not a hostname (Conflicted).
+// share not a hostname (Conflicted); TestStreamListeners has the protocol
+// conflicts.
 func TestHTTPSListeners(t *testing.T) {
 	a, b := tlsSecret(t, "infra", "a", "a.example"), tlsSecret(t, "certs", "b", "b.example")
 	bad := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: "bad"}, Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": []byte("no"), "tls.key": []byte("no")}}
@@ -65,7 +66,6 @@ func TestHTTPSListeners(t *testing.T) {
 		https("missing", 8443, "m.example", secretRef("", "nope")),
 		https("denied", 9443, "d.example", secretRef("other", "b")),
 		https("bad", 10443, "x.example", secretRef("", "bad")),
-		listener("plain", 443, "p.example"),
 		https("again", 443, "a.example", secretRef("", "a")),
 	)
 	s := &Snapshot{
@@ -80,7 +80,7 @@ func TestHTTPSListeners(t *testing.T) {
 	res := Translate(s, opts)
 	for l, want := range map[string]struct{ resolved, conflicted bool }{
 		"a": {true, false}, "b": {true, false}, "missing": {false, false}, "denied": {false, false}, "bad": {false, false},
-		"plain": {true, true}, "again": {true, true},
+		"again": {true, true},
 	} {
 		lc := res.ListenerStatus["infra/gw/"+l]
 		if lc.ResolvedRefs != want.resolved || lc.Conflicted != want.conflicted {

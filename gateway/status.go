@@ -32,6 +32,9 @@ var SupportedFeatures = []gwv1.FeatureName{
 	"Gateway",
 	"HTTPRoute",
 	"GRPCRoute",
+	"TLSRoute",
+	"TLSRouteModeTerminate",
+	"TCPRoute",
 	"ReferenceGrant",
 	"HTTPRouteQueryParamMatching",
 	"HTTPRouteMethodMatching",
@@ -99,30 +102,38 @@ func (c *Controller) writeStatuses(ctx context.Context, s *Snapshot, res *Result
 			write("gateways", g.Namespace, g.Name, out)
 		}
 	}
-	route := func(resource, rkey string, meta *metav1.ObjectMeta, rs *gwv1.RouteStatus, withStatus func(gwv1.RouteStatus) runtime.Object) {
-		if parents, ok := res.Routes[rkey]; ok {
-			if st := c.routeStatus(meta.Generation, rs, parents); !reflect.DeepEqual(st, rs) {
-				write(resource, meta.Namespace, meta.Name, withStatus(*st))
-			}
+	routeStatuses(c, res, "httproutes", kindRoute, s.HTTPRoutes, func(r *gwv1.HTTPRoute) *gwv1.RouteStatus { return &r.Status.RouteStatus }, write)
+	routeStatuses(c, res, "grpcroutes", kindGRPCRoute, s.GRPCRoutes, func(r *gwv1.GRPCRoute) *gwv1.RouteStatus { return &r.Status.RouteStatus }, write)
+	routeStatuses(c, res, "tlsroutes", kindTLSRoute, s.TLSRoutes, func(r *gwv1.TLSRoute) *gwv1.RouteStatus { return &r.Status.RouteStatus }, write)
+	routeStatuses(c, res, "tcproutes", kindTCPRoute, s.TCPRoutes, func(r *gwv1.TCPRoute) *gwv1.RouteStatus { return &r.Status.RouteStatus }, write)
+	return n
+}
+
+// routeObject is a route kind's object, *R.
+type routeObject[R any] interface {
+	*R
+	runtime.Object
+	metav1.Object
+	DeepCopy() *R
+}
+
+// routeStatuses writes, with write, the statuses of routes (of kind, the
+// API's resource) that differ from what they should say; status returns
+// a route's RouteStatus.
+func routeStatuses[R any, P routeObject[R]](c *Controller, res *Result, resource string, kind gwv1.Kind, routes []R, status func(P) *gwv1.RouteStatus, write func(resource, ns, name string, obj runtime.Object)) {
+	for i := range routes {
+		r := P(&routes[i])
+		parents, ok := res.Routes[routeKey(kind, r)]
+		if !ok {
+			continue
+		}
+		rs := status(r)
+		if st := c.routeStatus(r.GetGeneration(), rs, parents); !reflect.DeepEqual(st, rs) {
+			out := P(r.DeepCopy())
+			*status(out) = *st
+			write(resource, r.GetNamespace(), r.GetName(), out)
 		}
 	}
-	for i := range s.HTTPRoutes {
-		r := &s.HTTPRoutes[i]
-		route("httproutes", key(&r.ObjectMeta), &r.ObjectMeta, &r.Status.RouteStatus, func(st gwv1.RouteStatus) runtime.Object {
-			out := r.DeepCopy()
-			out.Status.RouteStatus = st
-			return out
-		})
-	}
-	for i := range s.GRPCRoutes {
-		r := &s.GRPCRoutes[i]
-		route("grpcroutes", routeKey(kindGRPCRoute, &r.ObjectMeta), &r.ObjectMeta, &r.Status.RouteStatus, func(st gwv1.RouteStatus) runtime.Object {
-			out := r.DeepCopy()
-			out.Status.RouteStatus = st
-			return out
-		})
-	}
-	return n
 }
 
 func supported() []gwv1.SupportedFeature {

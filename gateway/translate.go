@@ -46,6 +46,8 @@ type Snapshot struct {
 	Gateways   []gwv1.Gateway
 	HTTPRoutes []gwv1.HTTPRoute
 	GRPCRoutes []gwv1.GRPCRoute
+	TLSRoutes  []gwv1.TLSRoute
+	TCPRoutes  []gwv1.TCPRoute
 	Grants     []gwv1.ReferenceGrant
 	// Services and Namespaces by name ("namespace/name", and name).
 	Services   map[string]*corev1.Service
@@ -55,6 +57,9 @@ type Snapshot struct {
 	// Good are the certificates last served, by Secret: one that turned
 	// invalid keeps serving its last good content.
 	Good map[string]Certificate
+	// Assigned are the Gateways' addresses in the last Result: a
+	// Gateway keeps its own even before its status says it.
+	Assigned map[string]netip.Addr
 	// World counts the changes of everything but the HTTPRoutes; with
 	// Routes (the last Result's), a route whose object and world are as
 	// they were is not translated again.
@@ -101,9 +106,12 @@ type Listener struct {
 	// Name is the baton listener's: "gw/namespace/name:port".
 	Name    string
 	Address netip.AddrPort
-	// Protocol is the Gateway listeners' (HTTP or HTTPS).
+	// Protocol is the Gateway listeners' (HTTP, HTTPS, TLS or TCP).
 	Protocol gwv1.ProtocolType
-	// Certificates are an HTTPS listener's: those of every Gateway
+	// Passthrough: a TLS listener that routes each connection by its
+	// ClientHello's server name without terminating it.
+	Passthrough bool
+	// Certificates are an HTTPS (or TLS Terminate) listener's: those of every Gateway
 	// listener of the port (SNI picks one by its names), the first the
 	// default.
 	Certificates []Certificate
@@ -164,6 +172,8 @@ const (
 	kindGateway   = "Gateway"
 	kindRoute     = "HTTPRoute"
 	kindGRPCRoute = "GRPCRoute"
+	kindTLSRoute  = "TLSRoute"
+	kindTCPRoute  = "TCPRoute"
 	kindService   = "Service"
 )
 
@@ -184,33 +194,43 @@ func Translate(s *Snapshot, opts Options) *Result {
 		}
 	}
 	slices.SortFunc(gws, func(a, b *gwv1.Gateway) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
-	assignAddresses(gws, opts.Addresses, res.Addresses)
+	assignAddresses(gws, opts.Addresses, s.Assigned, res.Addresses)
 
 	// The listeners, one baton listener per Gateway and port.
 	for _, g := range gws {
 		listeners(s, g, res)
 	}
 
-	// The routes: GRPCRoutes as the HTTPRoutes they amount to
-	// (grpcAsHTTP), all in the Gateway API's order of precedence.
+	// The routes: GRPCRoutes, TLSRoutes and TCPRoutes as the HTTPRoutes
+	// they amount to (grpcAsHTTP, streamAsHTTP), all in the Gateway
+	// API's order of precedence.
 	t := &translator{s: s, res: res, backends: map[string]bool{}, lkeys: map[*gwv1.Listener]string{}, names: map[batonPort]string{}}
-	routes := make([]*gwv1.HTTPRoute, 0, len(s.HTTPRoutes)+len(s.GRPCRoutes))
+	routes := make([]*gwv1.HTTPRoute, 0, len(s.HTTPRoutes)+len(s.GRPCRoutes)+len(s.TLSRoutes)+len(s.TCPRoutes))
 	for i := range s.HTTPRoutes {
 		routes = append(routes, &s.HTTPRoutes[i])
 	}
-	grpc := make(map[*gwv1.HTTPRoute]bool, len(s.GRPCRoutes))
+	kinds := make(map[*gwv1.HTTPRoute]gwv1.Kind, len(s.GRPCRoutes)+len(s.TLSRoutes)+len(s.TCPRoutes))
 	for i := range s.GRPCRoutes {
 		r := grpcAsHTTP(&s.GRPCRoutes[i])
-		grpc[r] = true
+		kinds[r] = kindGRPCRoute
+		routes = append(routes, r)
+	}
+	for i := range s.TLSRoutes {
+		tr := &s.TLSRoutes[i]
+		r := streamAsHTTP(&tr.ObjectMeta, &tr.Spec.CommonRouteSpec, tr.Spec.Hostnames, tr.Spec.Rules)
+		kinds[r] = kindTLSRoute
+		routes = append(routes, r)
+	}
+	for i := range s.TCPRoutes {
+		tr := &s.TCPRoutes[i]
+		r := streamAsHTTP(&tr.ObjectMeta, &tr.Spec.CommonRouteSpec, nil, tr.Spec.Rules)
+		kinds[r] = kindTCPRoute
 		routes = append(routes, r)
 	}
 	slices.SortFunc(routes, func(a, b *gwv1.HTTPRoute) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
 	res.Translations = make(map[string]*RouteTranslation, len(routes))
 	for _, r := range routes {
-		t.kind = kindRoute
-		if grpc[r] {
-			t.kind = kindGRPCRoute
-		}
+		t.kind = cmp.Or(kinds[r], kindRoute)
 		rkey := routeKey(t.kind, &r.ObjectMeta)
 		rt := s.Routes[rkey]
 		if rt == nil || rt.uid != r.UID || rt.gen != r.Generation || rt.world != s.World || s.World == 0 {
@@ -266,24 +286,31 @@ func olderFirst(a, b *metav1.ObjectMeta) int {
 func key(m *metav1.ObjectMeta) string { return m.Namespace + "/" + m.Name }
 
 // routeKey is the key of a route of kind in Result.Routes and
-// Translations: "namespace/name" for an HTTPRoute, "GRPCRoute
-// namespace/name" for a GRPCRoute (the two may share a name).
-func routeKey(kind gwv1.Kind, m *metav1.ObjectMeta) string {
-	if kind == kindGRPCRoute {
-		return kindGRPCRoute + " " + key(m)
+// Translations: "namespace/name" for an HTTPRoute, the kind and
+// "namespace/name" for another ("GRPCRoute ns/name": routes of two kinds
+// may share a name).
+func routeKey(kind gwv1.Kind, m metav1.Object) string {
+	k := m.GetNamespace() + "/" + m.GetName()
+	if kind != kindRoute {
+		return string(kind) + " " + k
 	}
-	return key(m)
+	return k
 }
 
 func listenerName(g *gwv1.Gateway, port gwv1.PortNumber) string {
 	return fmt.Sprintf("gw/%s/%s:%d", g.Namespace, g.Name, port)
 }
 
-// assignAddresses gives each Gateway one address of the pool: the one its
-// status has, when it is in the pool and free (so that an address stays a
-// Gateway's across restarts of the controller), else the first free one,
-// older Gateways first.
-func assignAddresses(gws []*gwv1.Gateway, pool []netip.Prefix, out map[string]netip.Addr) {
+// assignAddresses gives each Gateway one address of the pool: the one it
+// had in the last result (assigned), else the one its status has (so that
+// an address stays a Gateway's across restarts of the controller), when
+// it is in the pool and free; else the first free one, older Gateways
+// first. The last result comes first because a status is written after
+// the fact: a Gateway created in the same second as an older one, whose
+// name sorts before it, would otherwise take the address the older one
+// was served on and published (the TLSRouteHostnameIntersection test's
+// four Gateways did), and the clients that read it reach the other.
+func assignAddresses(gws []*gwv1.Gateway, pool []netip.Prefix, assigned map[string]netip.Addr, out map[string]netip.Addr) {
 	taken := map[netip.Addr]bool{}
 	inPool := func(a netip.Addr) bool {
 		for _, p := range pool {
@@ -294,11 +321,24 @@ func assignAddresses(gws []*gwv1.Gateway, pool []netip.Prefix, out map[string]ne
 		return false
 	}
 	var rest []*gwv1.Gateway
+	keep := func(g *gwv1.Gateway, a netip.Addr) bool {
+		if !a.IsValid() || !inPool(a) || taken[a] {
+			return false
+		}
+		out[key(&g.ObjectMeta)], taken[a] = a, true
+		return true
+	}
+	var unassigned []*gwv1.Gateway
 	for _, g := range gws {
+		if !keep(g, assigned[key(&g.ObjectMeta)]) {
+			unassigned = append(unassigned, g)
+		}
+	}
+	for _, g := range unassigned {
 		kept := false
 		for _, sa := range g.Status.Addresses {
-			if a, err := netip.ParseAddr(sa.Value); err == nil && inPool(a) && !taken[a] {
-				out[key(&g.ObjectMeta)], taken[a], kept = a, true, true
+			if a, err := netip.ParseAddr(sa.Value); err == nil && keep(g, a) {
+				kept = true
 				break
 			}
 		}
@@ -474,10 +514,10 @@ func findGateway(gws []*gwv1.Gateway, ref *gwv1.ParentReference, routeNS string)
 // allows reports whether listener l of g lets route r attach
 // (allowedRoutes: its kinds, and the namespaces it takes routes from).
 func (t *translator) allows(g *gwv1.Gateway, l *gwv1.Listener, r *gwv1.HTTPRoute) bool {
-	ar := l.AllowedRoutes
-	if ar != nil && len(ar.Kinds) > 0 && !slices.ContainsFunc(ar.Kinds, func(k gwv1.RouteGroupKind) bool { return isKind(k, t.kind) }) {
+	if kinds, _ := routeKinds(l); !slices.ContainsFunc(kinds, func(k gwv1.RouteGroupKind) bool { return isKind(k, t.kind) }) {
 		return false
 	}
+	ar := l.AllowedRoutes
 	from := gwv1.NamespacesFromSame
 	if ar != nil && ar.Namespaces != nil && ar.Namespaces.From != nil {
 		from = *ar.Namespaces.From
@@ -643,8 +683,11 @@ func (t *translator) backend(r *gwv1.HTTPRoute, ref *gwv1.BackendObjectReference
 		mode, suffix = config.ModeClusterIP, "/clusterIP"
 	}
 	protocol := backendProtocol(svc, int32(*ref.Port))
-	if t.kind == kindGRPCRoute {
+	switch t.kind {
+	case kindGRPCRoute:
 		protocol = config.ProtocolH2C // gRPC is HTTP/2 (GEP-1016)
+	case kindTLSRoute, kindTCPRoute:
+		protocol = "" // a stream: what it carries is the client's
 	}
 	if protocol != "" {
 		suffix += "/" + protocol
@@ -967,4 +1010,35 @@ func grpcMatch(m *gwv1.GRPCRouteMatch) gwv1.HTTPRouteMatch {
 		out.Headers = append(out.Headers, gwv1.HTTPHeaderMatch{Type: &typ, Name: gwv1.HTTPHeaderName(h.Name), Value: h.Value})
 	}
 	return out
+}
+
+// streamRule is a TLSRoute's or a TCPRoute's rule (the same fields).
+type streamRule interface {
+	gwv1.TLSRouteRule | gwv1.TCPRouteRule
+}
+
+// streamAsHTTP is the HTTPRoute a TLSRoute or a TCPRoute amounts to: a
+// route of the stream's listener whose hostnames a connection's server
+// name must match (a TCPRoute has none), and whose rule (one at most,
+// the API says) has no match, so that it takes every connection; its
+// backends take whole connections, their weights splitting connections
+// as an HTTPRoute's split requests.
+func streamAsHTTP[R streamRule](meta *metav1.ObjectMeta, spec *gwv1.CommonRouteSpec, hostnames []gwv1.Hostname, rules []R) *gwv1.HTTPRoute {
+	r := &gwv1.HTTPRoute{ObjectMeta: *meta}
+	r.Spec.CommonRouteSpec, r.Spec.Hostnames = *spec, hostnames
+	for _, rule := range rules {
+		var refs []gwv1.BackendRef
+		switch rule := any(rule).(type) {
+		case gwv1.TLSRouteRule:
+			refs = rule.BackendRefs
+		case gwv1.TCPRouteRule:
+			refs = rule.BackendRefs
+		}
+		var hr gwv1.HTTPRouteRule
+		for _, br := range refs {
+			hr.BackendRefs = append(hr.BackendRefs, gwv1.HTTPBackendRef{BackendRef: br})
+		}
+		r.Spec.Rules = append(r.Spec.Rules, hr)
+	}
+	return r
 }

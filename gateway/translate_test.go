@@ -132,6 +132,17 @@ func TestGatewaysAndAddresses(t *testing.T) {
 	if _, ok := res.Addresses["infra/theirs"]; ok {
 		t.Error("a Gateway of another controller's class got an address")
 	}
+	// A Gateway created in the same second as "new" whose name sorts
+	// before it, while "new"'s status does not say its address yet:
+	// "new" keeps the address it was served on (the last result's).
+	sameSecond := gateway("infra", "a-first", "baton", 1, listener("http", 80, ""))
+	later := Translate(&Snapshot{Classes: s.Classes, Gateways: append(slices.Clone(s.Gateways), sameSecond), Assigned: res.Addresses}, opts)
+	if got := later.Addresses["infra/new"]; got != res.Addresses["infra/new"] {
+		t.Errorf("Gateway new moved from %s to %s when another came", res.Addresses["infra/new"], got)
+	}
+	if got := later.Addresses["infra/a-first"].String(); got != "198.18.64.3" {
+		t.Errorf("the newcomer got %s, want the first free, 198.18.64.3", got)
+	}
 	names := map[string]string{}
 	for _, l := range res.Listeners {
 		names[l.Name] = l.Address.String()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/ipc"
 	"github.com/baton-proxy/baton/proxy/kube/kubetest"
 	"github.com/baton-proxy/baton/proxy/route"
 	corev1 "k8s.io/api/core/v1"
@@ -304,5 +305,68 @@ func BenchmarkApplyRoutingOneChange(b *testing.B) {
 		if err := p.ApplyRouting(ctx, payloads[i%2]); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A route provider's tcp listener (a Gateway's TCP listener) routes each
+// connection by the routing as it is when the connection comes (the
+// TCPRoute's rule, weights splitting connections): a routing change
+// reaches the next connection without a new generation, and a
+// connection that no rule takes is closed with nothing sent.
+func TestProviderStreamListener(t *testing.T) {
+	named := func(name string) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return serveConns(t, ln, func(c net.Conn) { io.WriteString(c, name) })
+	}
+	one, two := named("one"), named("two")
+	listen := func(name string) ipc.Listener {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ipc.Listener{ListenerInfo: ipc.ListenerInfo{Name: name}, Listeners: []net.Listener{ln}}
+	}
+	web, gw := listen("web"), listen("gw/infra/gw:9000")
+	addr := gw.Listeners[0].Addr().String()
+	cfg, err := config.Parse([]byte(strings.Replace(webConfig(one), "@WEB@", web.Listeners[0].Addr().String(), 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listeners = append(cfg.Listeners, config.Listener{Name: "gw/infra/gw:9000", Address: addr, Protocol: config.ProtocolTCP, Provider: config.ProviderGateway})
+	p := startProxyConfig(t, cfg, []ipc.Listener{web, gw})
+	read := func() string {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(c)
+		return string(b)
+	}
+	if got := read(); got != "" {
+		t.Fatalf("before any routing: %q, want the connection closed", got)
+	}
+	apply := func(backend string) {
+		t.Helper()
+		err := p.ApplyRouting(context.Background(), routingPayload(t, config.Routing{
+			Backends: []config.Backend{{Name: "k8s/one", Static: []string{one}}, {Name: "k8s/two", Static: []string{two}}},
+			Rules:    []route.Rule[string]{{Name: "tcproute infra/r rule 0", Listener: "gw/infra/gw:9000", Backends: []route.Backend[string]{{Target: backend, Weight: 1}}}},
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply("k8s/one")
+	if got := read(); got != "one" {
+		t.Fatalf("after the routing: %q, want one", got)
+	}
+	apply("k8s/two")
+	if got := read(); got != "two" {
+		t.Fatalf("after the change: %q, want two", got)
 	}
 }

@@ -217,8 +217,11 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 			p.https = append(p.https, f)
 			f.serve(lns)
 		case config.ProtocolTCP:
-			var b *backend // passthrough: each connection's, by its server name
-			if !lc.TLS.Passthrough() {
+			// A route provider's listener (TCPRoute, TLSRoute) and one
+			// with passthrough route each connection; the config's own
+			// others have one route, and their backend is picked here.
+			var b *backend
+			if !lc.TLS.Passthrough() && lc.Provider == "" {
 				rule, _ := p.routes.Load().Match(lc.Name, &route.Request{Path: []byte("/")})
 				if rule == nil || len(rule.Backends) == 0 {
 					return fmt.Errorf("listener %q: no route", lc.Name)

@@ -17,9 +17,11 @@ import (
 // with passthrough, each TLS connection to the backend of the route its
 // ClientHello's server name picks.
 type tcpFrontend struct {
-	name    string
-	p       *Proxy
-	backend *backend    // nil with passthrough
+	name string
+	p    *Proxy
+	// backend is every stream's, for a listener of the config's own
+	// without passthrough; nil: each connection's route picks one.
+	backend *backend
 	tls     *tls.Config // terminate TLS when set
 	// passthrough: route by the server name of each connection's
 	// ClientHello (tls.mode passthrough), and pass the TLS through.
@@ -118,10 +120,20 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 		}
 	}
 	b, hello := f.backend, []byte(nil)
-	if f.passthrough {
+	if b == nil {
 		var sni string
 		var ok bool
-		if b, hello, sni, ok = f.route(c); !ok {
+		if f.passthrough {
+			hello, sni, ok = f.readHello(c)
+		} else if tc, terminated := c.(*tls.Conn); terminated {
+			sni, ok = tc.ConnectionState().ServerName, true
+		} else {
+			ok = true
+		}
+		if ok {
+			b, ok = f.pick(sni)
+		}
+		if !ok {
 			return // closed with nothing sent, as the Gateway API asks of a name no route takes
 		}
 		if e != nil {
@@ -174,28 +186,33 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 	}
 }
 
-// route reads c's ClientHello (within http.readHeaderTimeout) and picks
-// the backend of the route that takes its server name (a connection
-// without one: the route without host). It returns the hello's records,
-// for the backend; ok is false when the connection is to close: not a
-// ClientHello, or no route takes the name.
-func (f *tcpFrontend) route(c net.Conn) (b *backend, hello []byte, sni string, ok bool) {
+// readHello reads c's ClientHello (within http.readHeaderTimeout), and
+// returns its records, for the backend, and its server name; ok is false
+// when it is not one.
+func (f *tcpFrontend) readHello(c net.Conn) (hello []byte, sni string, ok bool) {
 	c.SetReadDeadline(time.Now().Add(f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
 	hello, sni, err := readClientHello(c, maxClientHello)
 	c.SetReadDeadline(time.Time{})
 	if err != nil {
 		f.p.log.Debug("tls passthrough: no ClientHello", zap.String("listener", f.name), zap.Stringer("client", c.RemoteAddr()), zap.Error(err))
-		return nil, nil, "", false
+		return nil, "", false
 	}
+	return hello, sni, true
+}
+
+// pick returns the backend of the route that takes a connection whose
+// server name is sni ("": none, or not TLS; the route without host takes
+// it): the listener's routes as they are now, a route provider's
+// (TLSRoute, TCPRoute) changing without a handoff. ok is false when no
+// route takes it, or its rule has no backend to give.
+func (f *tcpFrontend) pick(sni string) (*backend, bool) {
 	rule, _ := f.p.routes.Load().Match(f.name, &route.Request{Host: []byte(sni), Path: []byte("/")})
 	if rule == nil {
-		f.p.log.Debug("tls passthrough: no route", zap.String("listener", f.name), zap.String("sni", sni))
-		return nil, nil, sni, false
+		f.p.log.Debug("tcp: no route", zap.String("listener", f.name), zap.String("sni", sni))
+		return nil, false
 	}
-	if b, ok = rule.Pick(); !ok || b == nil {
-		return nil, nil, sni, false
-	}
-	return b, hello, sni, true
+	b, ok := rule.Pick()
+	return b, ok && b != nil
 }
 
 // drain lets the streams finish; at ctx's end it closes them.

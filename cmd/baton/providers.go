@@ -131,14 +131,20 @@ func (g gatewaySink) Serve(ctx context.Context, res *gateway.Result) error {
 
 // gatewayListeners are res's listeners as the config's: a reuseport group
 // per Gateway and port, bound whether or not an interface has the
-// address; and the certificates of the HTTPS ones, which travel with the
+// address (tcp for TLS and TCP listeners, TLS passthrough for a TLS one
+// that does not terminate); and the certificates of those that terminate, which travel with the
 // routing (a rotated Secret is no handoff; a listener added is).
 func gatewayListeners(res *gateway.Result) ([]config.Listener, map[string][]config.Certificate) {
 	var ls []config.Listener
 	var certs map[string][]config.Certificate
 	for _, l := range res.Listeners {
 		cl := config.Listener{Name: l.Name, Address: l.Address.String(), Protocol: config.ProtocolHTTP, ReusePort: true, FreeBind: true, Provider: config.ProviderGateway}
-		if l.Protocol == gwv1.HTTPSProtocolType || len(l.Certificates) > 0 {
+		if l.Protocol == gwv1.TLSProtocolType || l.Protocol == gwv1.TCPProtocolType {
+			cl.Protocol = config.ProtocolTCP // TLSRoutes and TCPRoutes: streams
+		}
+		if l.Passthrough {
+			cl.TLS = &config.ListenerTLS{Mode: config.TLSPassthrough}
+		} else if l.Protocol == gwv1.HTTPSProtocolType || len(l.Certificates) > 0 {
 			cl.TLS = &config.ListenerTLS{MinVersion: config.DefaultTLSMinVersion}
 			for _, c := range l.Certificates {
 				if certs == nil {
