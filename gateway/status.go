@@ -48,6 +48,8 @@ var SupportedFeatures = []gwv1.FeatureName{
 	"HTTPRouteBackendTimeout",
 	"HTTPRouteRequestMirror",
 	"GatewayPort8080",
+	"HTTPRouteBackendProtocolH2C",
+	"HTTPRouteBackendProtocolWebSocket",
 }
 
 // writeStatuses writes the statuses that differ from what the objects
