@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Unary gRPC calls through baton (backend protocol h2c), nginx's grpc_pass
 # and HAProxy (proto h2), to the same backend, interleaved: 3 rounds of
-# 5 s each, 32 concurrent calls over 1 and over 32 connections; then 15
-# reloads 400 ms apart under load for baton and nginx. Not yet part of
-# make bench (issue 24); figures in docs/benchmarks.md.
+# 5 s each, 32 concurrent calls over 1 and over 32 connections; then 32
+# long-lived bidirectional streams over 1 connection (messages/s); then,
+# for each, 15 reloads 400 ms apart under unary load, and again under
+# long-lived streams (each held for all 8 s, across every reload). Not yet
+# part of make bench (issue 24); figures in docs/benchmarks.md.
 # Ports 24080 (baton), 24180 (nginx), 24280 (HAProxy), 24900 (backend).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,7 +61,8 @@ mkdir -p "$work/run"
 "$work/baton" run --config "$work/baton.yaml" >"$work/baton.log" 2>&1 & pids+=($!)
 baton=$!
 nginx -c "$work/nginx.conf"
-haproxy -f "$work/haproxy.cfg" >"$work/haproxy.log" 2>&1 & pids+=($!)
+haproxy -W -f "$work/haproxy.cfg" >"$work/haproxy.log" 2>&1 & pids+=($!)
+haproxy=$! # the master: SIGUSR2 reloads
 sleep 2
 for c in 1 32; do
 	for r in 1 2 3; do
@@ -68,5 +71,22 @@ for c in 1 32; do
 		done
 	done
 done
-echo "15 reloads under load, baton: $( ("$work/grpcload" -addr 127.0.0.1:24080 -d 8s -conns 4 | tail -1) & sleep 1; for i in $(seq 15); do kill -HUP "$baton"; sleep 0.4; done; wait)"
-echo "15 reloads under load, nginx: $( ("$work/grpcload" -addr 127.0.0.1:24180 -d 8s -conns 4 | tail -1) & sleep 1; for i in $(seq 15); do nginx -c "$work/nginx.conf" -s reload 2>/dev/null; sleep 0.4; done; wait)"
+for r in 1 2 3; do
+	for t in baton:24080 nginx:24180 haproxy:24280; do
+		echo "stream round=$r ${t%%:*}: $("$work/grpcload" -stream -addr "127.0.0.1:${t##*:}" -d 5s -conns 1 | tail -1)"
+	done
+done
+reload() {
+	case $1 in
+	baton) kill -HUP "$baton" ;;
+	nginx) nginx -c "$work/nginx.conf" -s reload 2>/dev/null ;;
+	haproxy) kill -USR2 "$haproxy" ;;
+	esac
+}
+for mode in unary stream; do
+	flags=""
+	[ "$mode" = stream ] && flags="-stream"
+	for t in baton:24080 nginx:24180 haproxy:24280; do
+		echo "15 reloads under $mode load, ${t%%:*}: $( ("$work/grpcload" $flags -addr "127.0.0.1:${t##*:}" -d 8s -conns 4 | tail -1) & sleep 1; for i in $(seq 15); do reload "${t%%:*}"; sleep 0.4; done; wait)"
+	done
+done
