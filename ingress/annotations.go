@@ -34,6 +34,9 @@ type options struct {
 
 	backendTLS      bool   // backend-protocol HTTPS or GRPCS
 	backendProtocol string // config.Backend.Protocol: h2c for GRPC, h2 for GRPCS; "" HTTP/1.1
+	// sslPassthrough: the hosts' TLS connections go to the backend of
+	// their path "/" as TCP streams, not terminated (ssl-passthrough).
+	sslPassthrough  bool
 	connectTimeout  time.Duration
 	readTimeout     time.Duration
 	sendTimeout     time.Duration
@@ -80,7 +83,7 @@ var implemented = map[string]bool{
 	"service-upstream": true, "ssl-redirect": true, "force-ssl-redirect": true,
 	"use-regex": true, "rewrite-target": true, "app-root": true,
 	"permanent-redirect": true, "permanent-redirect-code": true, "temporal-redirect": true, "temporal-redirect-code": true,
-	"backend-protocol": true, "proxy-connect-timeout": true, "proxy-read-timeout": true, "proxy-send-timeout": true, "proxy-body-size": true,
+	"backend-protocol": true, "ssl-passthrough": true, "proxy-connect-timeout": true, "proxy-read-timeout": true, "proxy-send-timeout": true, "proxy-body-size": true,
 	"upstream-vhost": true, "x-forwarded-prefix": true,
 	"affinity": true, "session-cookie-name": true, "session-cookie-path": true, "session-cookie-expires": true,
 	"session-cookie-max-age": true, "session-cookie-samesite": true, "upstream-hash-by": true,
@@ -133,6 +136,7 @@ func parseOptions(ing *networkingv1.Ingress) (options, []string, error) {
 	boolean("force-ssl-redirect", &o.forceSSLRedirect)
 	boolean("use-regex", &o.useRegex)
 	boolean("canary", &o.canary)
+	boolean("ssl-passthrough", &o.sslPassthrough)
 
 	if v, ok := get("rewrite-target"); ok {
 		if !route.ValidTemplate(v) {

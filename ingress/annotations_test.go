@@ -437,3 +437,38 @@ func TestClientCertificateAnnotations(t *testing.T) {
 		}
 	}
 }
+
+// ssl-passthrough (ingress-nginx's "SSL Passthrough"): a host's TLS
+// connections go to the backend of its path "/" as TCP streams, routed by
+// server name on the HTTPS listener's passthrough rules, and none of its
+// HTTP rules is on the HTTPS listener; plain HTTP on the HTTP listener is
+// served as before. A rule without a host, or without a path "/", cannot
+// pass through, and says so.
+func TestSSLPassthrough(t *testing.T) {
+	pass := ing("pass", ptr("baton"), "secure.example", path("/", networkingv1.PathTypePrefix, "tls-app"), path("/other", networkingv1.PathTypePrefix, "web"))
+	pass.Annotations = map[string]string{nginxPrefix + "ssl-passthrough": "true", nginxPrefix + "ssl-redirect": "false"}
+	noRoot := ing("no-root", ptr("baton"), "noroot.example", path("/app", networkingv1.PathTypePrefix, "web"))
+	noRoot.Annotations = map[string]string{nginxPrefix + "ssl-passthrough": "true"}
+	plain := ing("plain", ptr("baton"), "plain.example", path("/", networkingv1.PathTypePrefix, "web"))
+	res := translate(nil, pass, noRoot, plain)
+
+	for _, tc := range []struct{ listener, host, want string }{
+		{route.PassthroughListener("https"), "secure.example", "k8s/shop/tls-app:80"},
+		{route.PassthroughListener("https"), "SECURE.example", "k8s/shop/tls-app:80"},
+		{route.PassthroughListener("https"), "plain.example", "404"},
+		{route.PassthroughListener("https"), "", "404"},
+		{"https", "secure.example", "404"}, // a fronted Host never reaches its HTTP rules over TLS
+		{"http", "secure.example", "k8s/shop/tls-app:80"},
+		{"https", "plain.example", "k8s/shop/web:80"},
+	} {
+		if got := routeTo(t, res, tc.listener, tc.host, "/"); got != tc.want {
+			t.Errorf("%s, host %q: %s, want %s", tc.listener, tc.host, got, tc.want)
+		}
+	}
+	if b := backendOf(res, "k8s/shop/tls-app:80"); b == nil || b.TLS != nil || b.Protocol != "" {
+		t.Errorf("the passthrough backend %+v, want a plain stream", b)
+	}
+	if ps := res.Problems["shop/no-root"]; len(ps) != 1 || !strings.Contains(ps[0].Message, `no path "/"`) {
+		t.Errorf("an Ingress without path \"/\": %+v", ps)
+	}
+}

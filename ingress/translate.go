@@ -458,6 +458,7 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries stri
 		}
 		return o.forceSSLRedirect || tlsHosts[host] && o.sslRedirect
 	}
+	passHosts := t.passthrough(ing, o)
 	order := 0
 	add := func(name, host string, m route.Match, backends []route.Backend[string], redirect *route.Redirect) {
 		if o.authCA != nil && host == "" {
@@ -467,8 +468,8 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries stri
 			return
 		}
 		for _, listener := range []string{t.opts.HTTPListener, t.opts.HTTPSListener} {
-			if listener == "" {
-				continue
+			if listener == "" || listener == t.opts.HTTPSListener && passHosts[host] {
+				continue // its TLS connections are passed through
 			}
 			r := route.Rule[string]{
 				Name:     fmt.Sprintf("ingress %s %s", key, name),
@@ -585,6 +586,59 @@ func (t *translator) ingress(ing *networkingv1.Ingress, o options, canaries stri
 		t.cur.lines = append(t.cur.lines, line)
 	}
 	t.keep(key, t.cur)
+}
+
+// passthrough adds the rules of ing's ssl-passthrough (ingress-nginx's,
+// without its --enable-ssl-passthrough: only the connections to the HTTPS
+// listener of a host that passes through pay for the ClientHello read
+// first): each host's TLS connections go to the backend of its path "/",
+// as ingress-nginx takes, as TCP streams, ClientHello included; the
+// backend terminates TLS, and the other annotations do not apply to them.
+// It returns the hosts that pass through.
+func (t *translator) passthrough(ing *networkingv1.Ingress, o options) map[string]bool {
+	if !o.sslPassthrough {
+		return nil
+	}
+	if t.opts.HTTPSListener == "" {
+		t.problem(ing, ReasonInvalid, "ssl-passthrough: no HTTPS listener (ingress.httpsAddress)")
+		return nil
+	}
+	key := ing.Namespace + "/" + ing.Name
+	hosts := map[string]bool{}
+	for ri, rule := range ing.Spec.Rules {
+		host := strings.ToLower(rule.Host)
+		if host == "" {
+			t.problem(ing, ReasonInvalid, "ssl-passthrough: rule %d has no host: the server name routes a connection passed through", ri)
+			continue
+		}
+		var root *networkingv1.IngressBackend
+		if rule.HTTP != nil {
+			for pi := range rule.HTTP.Paths {
+				if p := &rule.HTTP.Paths[pi]; cmp.Or(p.Path, "/") == "/" {
+					root = &p.Backend
+					break
+				}
+			}
+		}
+		if root == nil {
+			t.problem(ing, ReasonInvalid, "ssl-passthrough: rule %d (host %s) has no path \"/\", whose backend the connections would go to", ri, host)
+			continue
+		}
+		name, ok := t.backend(ing, root, options{})
+		if !ok {
+			continue
+		}
+		hosts[host] = true
+		t.cur.rules = append(t.cur.rules, route.Rule[string]{
+			Name:      fmt.Sprintf("ingress %s rule %d ssl-passthrough", key, ri),
+			Listener:  route.PassthroughListener(t.opts.HTTPSListener),
+			Hostnames: []string{host},
+			OneLabel:  true,
+			Order:     route.Order{Created: ing.CreationTimestamp.Time, Route: key, Index: -1 - ri},
+			Backends:  []route.Backend[string]{{Target: name, Weight: 1}},
+		})
+	}
+	return hosts
 }
 
 // headers are the response header fields of custom-headers v, the

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/proxy/h1"
 	"github.com/baton-proxy/baton/proxy/proxyproto"
+	"github.com/baton-proxy/baton/proxy/route"
 	"go.uber.org/zap"
 )
 
@@ -336,7 +338,7 @@ type handshakeOutcome int
 
 const (
 	handshakeHTTP1  handshakeOutcome = iota // HTTP/1.1 goes on here
-	handshakeFailed                         // the connection ends
+	handshakeFailed                         // the connection ends (or was passed through, and ended)
 	handshakeHTTP2                          // HTTP/2 goes on in a goroutine of its own
 )
 
@@ -347,6 +349,9 @@ const (
 // agreement), which an idle one would hold on to (issue 23: 34 KB an idle
 // HTTP/2 connection before, 24.6 KB after).
 func (hc *h1conn) handshake() handshakeOutcome {
+	if hc.f.p.routes.Load().Has(route.PassthroughListener(hc.f.name)) && !hc.terminates() {
+		return handshakeFailed
+	}
 	timeout := hc.f.p.cfg.HTTP.ReadHeaderTimeout.Std()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -365,6 +370,44 @@ func (hc *h1conn) handshake() handshakeOutcome {
 		return handshakeHTTP2
 	}
 	return handshakeHTTP1
+}
+
+// terminates reads the ClientHello of a connection to a listener some of
+// whose hosts pass TLS through (route.PassthroughListener), within
+// readHeaderTimeout. A server name that a passthrough rule takes is
+// relayed to its backend as a TCP stream, ClientHello included, until it
+// ends; terminates reports false then, and when the hello is not one. Any
+// other goes on to the handshake here, the hello replayed to crypto/tls.
+func (hc *h1conn) terminates() bool {
+	raw := hc.tls.NetConn()
+	raw.SetReadDeadline(time.Now().Add(hc.f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
+	hello, sni, err := readClientHello(raw, maxClientHello)
+	raw.SetReadDeadline(time.Time{})
+	if err != nil {
+		hc.f.p.stats.tlsHandshakeErrors.Add(1)
+		hc.f.p.log.Debug("tls passthrough: no ClientHello", zap.String("listener", hc.f.name), zap.ByteString("client", hc.client), zap.Error(err))
+		return false
+	}
+	pass := route.PassthroughListener(hc.f.name)
+	if rule, _ := hc.f.p.routes.Load().Match(pass, &route.Request{Host: []byte(sni), Path: []byte("/")}); rule != nil {
+		if b, ok := rule.Pick(); ok && b != nil {
+			var e *accessEntry
+			if al := hc.f.p.access; al != nil {
+				e = &accessEntry{start: time.Now(), listener: hc.f.name, client: hc.client, proto: protoTCP, sni: sni, status: http.StatusBadGateway, upstream: -1, generation: hc.f.p.Generation}
+				defer func() {
+					e.bodyOut = e.bytesOut
+					al.log(e)
+				}()
+			}
+			hc.f.p.streamTo(pass, raw, b, hello, e, hc.f.gp.Go, func(net.Conn) bool { return true })
+		}
+		return false
+	}
+	hc.tls = tls.Server(&prefixConn{Conn: raw, prefix: hello}, hc.f.tls)
+	hc.peer.reset(hc.tls)
+	hc.c, hc.cw.c = hc.tls, hc.tls
+	hc.rd.Reset(hc.tls)
+	return true
 }
 
 // readRequestHead waits for the next request head. It returns nil, nil

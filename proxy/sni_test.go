@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -10,9 +11,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/baton-proxy/baton/internal/config"
+	"github.com/baton-proxy/baton/ipc"
+	"github.com/baton-proxy/baton/proxy/route"
 )
 
 // captureConn is a client's side of a connection that keeps what the
@@ -269,5 +276,61 @@ routes:
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n")
 	if b, err := io.ReadAll(c); len(b) != 0 {
 		t.Errorf("a connection that is not TLS: answered %q %v", b, err)
+	}
+}
+
+// A listener that terminates TLS passes the connections of some hosts
+// through instead (route.PassthroughListener; ingress-nginx's
+// ssl-passthrough, which reads the ClientHello before nginx does): a
+// server name that a passthrough rule takes reaches its backend whole,
+// the backend's own certificate answering; any other is terminated here
+// and served as HTTP, HTTP/2 included, the ClientHello read twice.
+func TestPassthroughBesideTermination(t *testing.T) {
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "app "+r.Proto) }))
+	t.Cleanup(app.Close)
+	pass := tlsEcho(t, "pass.example")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(strings.Replace(webConfig(hostOf(app)), "@WEB@", ln.Addr().String(), 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cfg.Listeners[0].TLS = &config.ListenerTLS{Certificates: []config.Certificate{selfSigned(t, "web.example", key)}, MinVersion: config.DefaultTLSMinVersion}
+	p := startProxyConfig(t, cfg, []ipc.Listener{{ListenerInfo: ipc.ListenerInfo{Name: "web"}, Listeners: []net.Listener{ln}}})
+	err = p.ApplyRouting(context.Background(), routingPayload(t, config.Routing{
+		Backends: []config.Backend{{Name: "k8s/pass", Static: []string{pass}}},
+		Rules:    []route.Rule[string]{{Name: "ingress default/pass passthrough", Listener: route.PassthroughListener("web"), Hostnames: []string{"pass.example"}, Backends: []route.Backend[string]{{Target: "k8s/pass", Weight: 1}}}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", ln.Addr().String(), &tls.Config{ServerName: "pass.example", InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	line, _ := io.ReadAll(c)
+	c.Close()
+	if got := c.ConnectionState().PeerCertificates[0].Subject.CommonName; got != "pass.example" || string(line) != "I am pass.example\n" {
+		t.Errorf("SNI pass.example: certificate of %s, %q; want the backend's own", got, line)
+	}
+	for _, h2 := range []bool{false, true} {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{ServerName: "web.example", InsecureSkipVerify: true}, ForceAttemptHTTP2: h2}
+		if !h2 {
+			tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+		}
+		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("https://" + ln.Addr().String() + "/")
+		if err != nil {
+			t.Fatalf("SNI web.example (h2 %v): %v", h2, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		tr.CloseIdleConnections()
+		if want := map[bool]string{false: "HTTP/1.1", true: "HTTP/2.0"}[h2]; resp.Proto != want || string(b) != "app HTTP/1.1" || resp.TLS.PeerCertificates[0].Subject.CommonName != "web.example" {
+			t.Errorf("SNI web.example: %s %q from %s, want %s, the app's answer, baton's certificate", resp.Proto, b, resp.TLS.PeerCertificates[0].Subject.CommonName, want)
+		}
 	}
 }

@@ -140,7 +140,22 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 			e.sni = sni
 		}
 	}
-	f.p.stats.requests.Add(1)
+	f.p.streamTo(f.name, c, b, hello, e, f.gp.Go, func(up net.Conn) bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.conns[raw] = up
+		return !f.closing
+	})
+}
+
+// streamTo dials b and copies c to it and back, passing half-closes
+// along, until both directions have ended; hello (the ClientHello read
+// off c already, or nil) goes first. e, when set, is the stream's access
+// log entry. connected learns the upstream connection before the copying
+// starts, and says whether to go on (a drain may be closing the
+// listener's streams).
+func (p *Proxy) streamTo(listener string, c net.Conn, b *backend, hello []byte, e *accessEntry, spawn func(func()), connected func(up net.Conn) bool) {
+	p.stats.requests.Add(1)
 	b.requests.Add(1)
 	dialStart := time.Now()
 	up, ep, err := b.dialStream(context.Background())
@@ -148,10 +163,10 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 		e.backend, e.upstream, e.status = b.name, time.Since(dialStart), http.StatusBadGateway
 	}
 	if err != nil {
-		f.p.stats.errors.Add(1)
-		f.p.stats.failures.Add(1)
+		p.stats.errors.Add(1)
+		p.stats.failures.Add(1)
 		b.errors.Add(1)
-		f.p.log.Debug("tcp upstream", zap.String("listener", f.name), zap.Error(err))
+		p.log.Debug("tcp upstream", zap.String("listener", listener), zap.Error(err))
 		return
 	}
 	defer up.Close()
@@ -161,25 +176,21 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 		_, err := up.Write(hello)
 		up.SetWriteDeadline(time.Time{})
 		if err != nil {
-			f.p.log.Debug("tcp upstream", zap.String("listener", f.name), zap.Error(err))
+			p.log.Debug("tcp upstream", zap.String("listener", listener), zap.Error(err))
 			return
 		}
 	}
 	if e != nil {
 		e.endpoint, e.status = ep.addr, http.StatusOK
 	}
-	f.mu.Lock()
-	closing := f.closing
-	f.conns[raw] = up
-	f.mu.Unlock()
-	if closing {
+	if !connected(up) {
 		return
 	}
 	ka := time.AfterFunc(keepAliveAfter, func() {
-		keepAlive(raw)
+		keepAlive(c)
 		keepAlive(up)
 	})
-	in, out := join(c, c, up, up, f.gp.Go)
+	in, out := join(c, c, up, up, spawn)
 	ka.Stop()
 	if e != nil {
 		e.bytesIn, e.bytesOut = in, out

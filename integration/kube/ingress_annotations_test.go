@@ -33,7 +33,9 @@ import (
 //   - upstream-hash-by $http_NAME ("Custom NGINX upstream hashing");
 //   - limit-rpm with limit-burst-multiplier ("Rate Limiting");
 //   - auth-tls-verify-client optional ("Client Certificate
-//     Authentication"): no certificate is served, and the backend told.
+//     Authentication"): no certificate is served, and the backend told;
+//   - ssl-passthrough ("SSL Passthrough"): the pod's own TLS reached
+//     through the HTTPS listener, baton holding no key for the host.
 func TestIngressAnnotationsEach(t *testing.T) {
 	ctx := t.Context()
 	const addr = "198.18.65.3"
@@ -69,6 +71,7 @@ func TestIngressAnnotationsEach(t *testing.T) {
 	create("nossl", "nossl.example", "/", prefix, "app", tlsOf("nossl.example"), "ssl-redirect", "false")
 	create("force", "force.example", "/", prefix, "app", nil, "force-ssl-redirect", "true")
 	create("https", "https.example", "/", prefix, "secure", nil, "backend-protocol", "HTTPS")
+	create("passthrough", "pass.example", "/", prefix, "secure", nil, "ssl-passthrough", "true")
 	create("slow", "slow.example", "/", prefix, "app", nil, "proxy-read-timeout", "1")
 	create("main", "can.example", "/", prefix, "app", nil)
 	create("canary", "can.example", "/", prefix, "next", nil, "canary", "true", "canary-by-header", "X-Env", "canary-by-header-value", "blue")
@@ -116,6 +119,18 @@ func TestIngressAnnotationsEach(t *testing.T) {
 	// self-signed certificate is not verified.
 	if r := do("https.example", "/"); r.StatusCode != 200 || r.Header.Get("X-Request-Scheme") != "https" || r.Header.Get("X-Backend") != "each-tls" {
 		t.Errorf("backend-protocol HTTPS: %d, scheme %q, backend %q", r.StatusCode, r.Header.Get("X-Request-Scheme"), r.Header.Get("X-Backend"))
+	}
+	// ssl-passthrough: a TLS connection to the HTTPS listener naming
+	// pass.example reaches the pod whole: its certificate, its answer
+	// to a request over its own TLS; other hosts still terminate here.
+	harness.WaitFor(t, 30*time.Second, "ssl-passthrough served", func() bool {
+		pc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{ServerName: "pass.example", InsecureSkipVerify: true}, DisableKeepAlives: true}}
+		resp := doRequest(pc, "GET", "https://"+addr+"/", "pass.example", "")
+		return resp.StatusCode == 200 && resp.Header.Get("X-Backend") == "each-tls" && resp.TLS != nil && resp.TLS.PeerCertificates[0].Issuer.CommonName != "each CA"
+	})
+	nossl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{ServerName: "nossl.example", RootCAs: ca.Pool}, DisableKeepAlives: true}}
+	if r := doRequest(nossl, "GET", "https://"+addr+"/", "nossl.example", ""); r.StatusCode != 200 || r.TLS == nil || r.TLS.PeerCertificates[0].Issuer.CommonName != "each CA" {
+		t.Errorf("beside ssl-passthrough, a host that terminates here: %d", r.StatusCode)
 	}
 	// proxy-read-timeout 1: a pod that answers in 3 s is 504; one that
 	// answers at once is served.

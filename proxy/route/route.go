@@ -23,6 +23,13 @@ import (
 )
 
 // Rule is one routing rule: the requests it takes on a listener, and
+// PassthroughListener is the listener of the rules that name the hosts
+// whose TLS connections to listener l, a listener that terminates TLS,
+// are passed through to a backend instead (ingress-nginx's
+// ssl-passthrough): a connection is routed by its ClientHello's server
+// name and never reaches l's own rules, as HTTP or otherwise.
+func PassthroughListener(l string) string { return l + " passthrough" }
+
 // where they go. B is the proxy's backend type.
 type Rule[B any] struct {
 	// Name says where the rule came from (for logs and status):
