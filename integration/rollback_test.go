@@ -59,8 +59,25 @@ func TestInvalidConfigIsRefused(t *testing.T) {
 
 	b.WriteConfig(good + "workerz: 3\n")
 	out, err := b.Ctl("reload")
-	if err == nil || !strings.Contains(out, "refused") || !strings.Contains(out, "workerz") {
-		t.Errorf("baton reload with an unknown key: err %v, output %q; want a failure naming the key", err, out)
+	// The reason says where, as baton check does (FILE:LINE:COLUMN), and
+	// what the key resembles.
+	where := fmt.Sprintf(".yaml:%d:1: unknown key %q (did you mean %q?)", strings.Count(good, "\n")+1, "workerz", "workers")
+	if err == nil || !strings.Contains(out, "refused") || !strings.Contains(out, where) {
+		t.Errorf("baton reload with an unknown key: err %v, output %q; want a failure saying %q", err, out, where)
+	}
+	// Files that are no config at all: refused, the generation serving on.
+	bomb := `a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]` + "\n"
+	for c := 'b'; c <= 'i'; c++ {
+		bomb += fmt.Sprintf("%c: &%c [%s]\n", c, c, strings.TrimSuffix(strings.Repeat("*"+string(c-1)+",", 9), ","))
+	}
+	for name, text := range map[string]string{
+		"empty": "", "not UTF-8": "controlSocket: \"\xff\xfe\"\n", "a YAML bomb": bomb,
+		"nested 10,000 deep": "routes: " + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + "\n",
+	} {
+		b.WriteConfig(text)
+		if out, err := b.Ctl("reload"); err == nil || !strings.Contains(out, "refused") {
+			t.Errorf("reload with a file %s: err %v, output %.300q; want it refused", name, err, out)
+		}
 	}
 	b.WriteConfig(strings.Replace(good, "backend: app", "backend: nope", 1))
 	h := b.SIGHUP()

@@ -254,8 +254,9 @@ func checkCommand() *cli.Command {
 			for _, w := range cfg.Warnings {
 				fmt.Println("warning:", w)
 			}
-			fmt.Printf("config ok: %d listeners, %d backends, %d routes, %d workers",
-				len(cfg.Listeners), len(cfg.Backends), len(cfg.Routes), cfg.Workers)
+			// nginx -t's way: the file, that it is valid, what it holds.
+			fmt.Printf("baton: the configuration file %s is valid (config ok): %d listeners, %d backends, %d routes, %d workers",
+				path, len(cfg.Listeners), len(cfg.Backends), len(cfg.Routes), cfg.Workers)
 			if g := cfg.Gateway; g != nil {
 				fmt.Printf("; the Gateway API for GatewayClasses of %s, addresses from %s", g.ControllerName, strings.Join(g.Addresses, ", "))
 			}

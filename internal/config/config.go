@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/proxy/route"
-	"sigs.k8s.io/yaml"
 )
 
 // Defaults for every setting that may be left out.
@@ -640,6 +639,11 @@ func load(path string, offline bool) (*Config, error) {
 		return nil, fmt.Errorf("config %s: %w: larger than %d bytes", path, ErrInvalid, MaxSize)
 	}
 	c, err := parse(buf.Bytes(), offline)
+	var ps *Problems
+	if errors.As(err, &ps) {
+		ps.File = path
+		return nil, ps
+	}
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -651,8 +655,25 @@ func load(path string, offline bool) (*Config, error) {
 func Parse(data []byte) (*Config, error) { return parse(data, false) }
 
 func parse(data []byte, offline bool) (*Config, error) {
+	// The shape first, with positions, every problem at once; then the
+	// decoding, of the same document (one YAML parser for both: YAML
+	// 1.2, where on and yes are strings); then the values' own rules.
+	doc, problems := checkShape(data)
+	if len(problems) > 0 {
+		return nil, &Problems{List: problems}
+	}
+	var v any
+	if err := doc.Decode(&v); err != nil {
+		return nil, &Problems{List: []Problem{{Line: doc.Line, Column: doc.Column, Message: err.Error()}}}
+	}
+	asJSON, err := json.Marshal(v)
+	if err != nil {
+		return nil, &Problems{List: []Problem{{Line: doc.Line, Column: doc.Column, Message: "a key that is not a string: " + err.Error()}}}
+	}
 	var c Config
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(asJSON))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil { // checkShape saw to it; a last guard
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	for _, l := range c.Listeners {
@@ -665,7 +686,7 @@ func parse(data []byte, offline bool) (*Config, error) {
 	}
 	c.setDefaults()
 	if err := c.validate(offline); err != nil {
-		return nil, err
+		return nil, &Problems{List: locate(doc, err)}
 	}
 	if !offline {
 		// The supervisor reads the key material, so that workers running
