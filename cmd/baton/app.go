@@ -26,6 +26,7 @@ func newApp() *cli.App {
 			upgradeCommand(),
 			stopCommand(),
 			checkCommand(),
+			configCommand(),
 			versionCommand(),
 			workerCommand(),
 		},

@@ -266,6 +266,21 @@ func checkCommand() *cli.Command {
 	}
 }
 
+func configCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "config",
+		Usage: "about the config file",
+		Subcommands: []*cli.Command{{
+			Name:  "schema",
+			Usage: "print the config file's JSON Schema (for editors: yaml-language-server's $schema modeline)",
+			Action: func(*cli.Context) error {
+				_, err := os.Stdout.Write(config.SchemaJSON)
+				return err
+			},
+		}},
+	}
+}
+
 func versionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "version",

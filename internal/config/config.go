@@ -242,7 +242,7 @@ type Listener struct {
 	// Provider names the route provider that made the listener (gateway):
 	// its routes come from that provider's routing, not from routes.
 	// Baton fills it in; a config file may not.
-	Provider string `json:"provider,omitempty"`
+	Provider string `json:"provider,omitempty" schema:"-"`
 }
 
 // Gateway is the Gateway API's section.

@@ -31,7 +31,7 @@ type ListenerTLS struct {
 	ClientCA string `json:"clientCA,omitempty"`
 	// ClientCAPEM is ClientCA's content, read by the supervisor (which may
 	// run as root while workers do not); not for the config file.
-	ClientCAPEM []byte `json:"clientCAPEM,omitempty"`
+	ClientCAPEM []byte `json:"clientCAPEM,omitempty" schema:"-"`
 }
 
 // Certificate is a certificate chain and its key, as PEM files.
@@ -40,8 +40,8 @@ type Certificate struct {
 	KeyFile  string `json:"keyFile"`
 	// CertPEM and KeyPEM are the files' content, read by the supervisor;
 	// not for the config file.
-	CertPEM []byte `json:"certPEM,omitempty"`
-	KeyPEM  []byte `json:"keyPEM,omitempty"`
+	CertPEM []byte `json:"certPEM,omitempty" schema:"-"`
+	KeyPEM  []byte `json:"keyPEM,omitempty" schema:"-"`
 }
 
 // ClientAuth is how a route provider's TLS listener verifies the
@@ -92,7 +92,7 @@ type BackendTLS struct {
 	CAFile string `json:"caFile,omitempty"`
 	// CAPEM is CAFile's content, read by the supervisor; not for the
 	// config file.
-	CAPEM []byte `json:"caPEM,omitempty"`
+	CAPEM []byte `json:"caPEM,omitempty" schema:"-"`
 	// InsecureSkipVerify accepts any certificate: for tests, never for
 	// traffic that matters (a warning says so at every load).
 	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
