@@ -163,6 +163,7 @@ func (s *Supervisor) snapshot() Status {
 		PendingReloads: len(st.pending),
 	}
 	out.Ready = st.active != nil && !st.stopping
+	out.Timeline = st.timeline.list()
 	out.Canary = s.canaryStatus(time.Now())
 	if st.active != nil {
 		out.ActiveGeneration = st.active.id

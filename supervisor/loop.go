@@ -44,6 +44,8 @@ type loopState struct {
 	upgraded        bool      // the next supervisor has taken over
 	ready           bool      // the first generation was ready (Upgrader told)
 	controlCheckAt  time.Time // look whether the control socket is still there (checkControl)
+	sampleAt        time.Time // the next sample of the connections timeline
+	timeline        timeline  // connections per generation, a sample a second
 	// routing is the route provider's last payload (SetRouting), in a
 	// sealed file every worker gets; routingVersion counts them.
 	routing        *os.File
@@ -143,6 +145,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.ctl, s.ctlPath = ctl, cfg.ControlSocket
 	st.controlCheckAt = time.Now().Add(controlCheckEvery)
+	st.sampleAt = time.Now().Add(sampleEvery)
 	s.owned.Add(1)
 	go s.serveControl(ctl)
 	defer func() {
@@ -291,6 +294,7 @@ func (s *Supervisor) nextDeadline() time.Time {
 	consider(st.watchdogAt)
 	consider(st.ticketRotateAt)
 	consider(st.controlCheckAt)
+	consider(st.sampleAt)
 	if st.canary != nil {
 		consider(st.canary.canary.verdictAt)
 	}
@@ -334,6 +338,10 @@ func (s *Supervisor) checkDeadlines(now time.Time) {
 	if !st.controlCheckAt.IsZero() && !now.Before(st.controlCheckAt) {
 		s.checkControl()
 		st.controlCheckAt = now.Add(controlCheckEvery)
+	}
+	if !st.sampleAt.IsZero() && !now.Before(st.sampleAt) {
+		st.timeline.add(now, st.gens)
+		st.sampleAt = now.Add(sampleEvery)
 	}
 	if !st.watchdogAt.IsZero() && !now.Before(st.watchdogAt) {
 		s.notify(sdnotify.Watchdog)

@@ -34,6 +34,18 @@ type Status struct {
 	// Totals are counters over the supervisor's life: they do not reset
 	// when a worker or a generation is replaced.
 	Totals Totals `json:"totals"`
+	// Timeline is the client connections each live generation held, a
+	// sample a second over the last five minutes, oldest first: a
+	// handoff as it happened (the status page draws it).
+	Timeline []Sample `json:"timeline,omitempty"`
+}
+
+// Sample is the connections of each generation that had a worker at one
+// moment.
+type Sample struct {
+	At time.Time `json:"at"`
+	// Connections by generation ID.
+	Connections map[uint64]int64 `json:"connections"`
 }
 
 // Totals are the supervisor's lifetime counters.

@@ -217,7 +217,8 @@ func loadSupervisorConfig(path string, provided []config.Listener) (*supervisor.
 }
 
 // serveMetrics starts the HTTP endpoint the config names (metrics.address),
-// if any: /metrics, /readyz and /healthz. The returned function stops it.
+// if any: /metrics, /readyz, /healthz, and the status page (/ and
+// status.json). The returned function stops it.
 func serveMetrics(path string, sup *supervisor.Supervisor) (func(), error) {
 	cfg, err := config.Load(path)
 	if err != nil || cfg.Metrics.Address == "" {
@@ -231,6 +232,7 @@ func serveMetrics(path string, sup *supervisor.Supervisor) (func(), error) {
 	mux.Handle("/metrics", metricsHandler(sup))
 	mux.Handle("/readyz", readyzHandler(sup))
 	mux.Handle("/healthz", healthzHandler(sup))
+	mux.Handle("/", statusPage(sup))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"net/http"
+
+	"github.com/baton-proxy/baton/supervisor"
+)
+
+// statusFiles are the status page's: its HTML, script and style. They load
+// nothing from elsewhere (an air-gapped cluster sees all of it).
+//
+//go:embed statuspage/index.html statuspage/status.js statuspage/status.css
+var statusFiles embed.FS
+
+// statusPageHeaders keep the page to its own files: no script, style,
+// font or frame from elsewhere, no inline script; and the names it shows
+// are text in any case (status.js sets textContent only).
+func statusPageHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+}
+
+// statusPage serves the status page at / of the metrics address, and
+// status.json, the document `baton status -o json` prints, which the page
+// reads every second.
+func statusPage(sup *supervisor.Supervisor) http.Handler {
+	files := map[string]string{
+		"/":           "statuspage/index.html",
+		"/status.js":  "statuspage/status.js",
+		"/status.css": "statuspage/status.css",
+	}
+	types := map[string]string{
+		"/":           "text/html; charset=utf-8",
+		"/status.js":  "text/javascript; charset=utf-8",
+		"/status.css": "text/css; charset=utf-8",
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		statusPageHeaders(w.Header())
+		if r.URL.Path == "/status.json" {
+			ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
+			defer cancel()
+			st, ok := sup.StatusContext(ctx)
+			if !ok {
+				http.Error(w, "the supervisor does not answer", http.StatusServiceUnavailable)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(st)
+			return
+		}
+		name, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		b, err := statusFiles.ReadFile(name)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", types[r.URL.Path])
+		w.Write(b)
+	})
+}
