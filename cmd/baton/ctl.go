@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
@@ -67,11 +71,18 @@ func statusCommand() *cli.Command {
 		Flags: []cli.Flag{
 			configFlag(), socketFlag(),
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json"},
+			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "redraw every second (the table) until interrupted"},
 		},
 		Action: func(c *cli.Context) error {
 			format := c.String("output")
 			if format != "table" && format != "json" {
 				return fmt.Errorf("status: -o %q: want table or json", format)
+			}
+			if c.Bool("watch") {
+				if format != "table" {
+					return errors.New("status: --watch draws the table; for JSON, poll -o json")
+				}
+				return watchStatus(c, os.Stdout)
 			}
 			resp, err := call(c, supervisor.CommandStatus, 10*time.Second)
 			if err != nil {
@@ -95,6 +106,42 @@ func statusCommand() *cli.Command {
 			}
 			return printStatus(os.Stdout, &st, time.Now())
 		},
+	}
+}
+
+// watchStatus redraws the status table every second, the screen cleared,
+// until SIGINT or SIGTERM; a supervisor that does not answer is said, and
+// asked again.
+func watchStatus(c *cli.Context, out io.Writer) error {
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		var b bytes.Buffer
+		b.WriteString("\x1b[H\x1b[2J") // home, clear
+		resp, err := call(c, supervisor.CommandStatus, 5*time.Second)
+		var st supervisor.Status
+		switch {
+		case err != nil:
+			fmt.Fprintf(&b, "baton status: %v\n", err)
+		case !resp.OK:
+			fmt.Fprintf(&b, "baton status: %s\n", resp.Error)
+		default:
+			if err := json.Unmarshal(resp.Result, &st); err != nil {
+				return err
+			}
+			printStatus(&b, &st, time.Now())
+		}
+		fmt.Fprintf(&b, "\n(every second; Ctrl-C ends)\n")
+		if _, err := out.Write(b.Bytes()); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
 	}
 }
 

@@ -98,7 +98,11 @@ func printStatus(out io.Writer, st *supervisor.Status, now time.Time) error {
 		}
 		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%s\t%dms\t%dms\t%s\t%s\n", h.ID, h.StartedAt.Local().Format("15:04:05"), h.Trigger, h.From, h.To, h.Outcome, h.SpawnMs, h.ReadyMs, drain, h.Reason)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	printTimeline(out, st, now)
+	return nil
 }
 
 // percentOf formats n of total as a percent.

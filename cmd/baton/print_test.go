@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +103,64 @@ func TestMetrics(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %s", want)
 		}
+	}
+}
+
+// The timeline in the terminal (issue 25): which generation served when
+// over the last minute, with its drain: generation 1 served, then drained
+// in 1.5 s after generation 2 took over; 2 served until 3 did and drains
+// still; a canary beside 3 serves a share; a failed generation is marked.
+func TestPrintTimeline(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return now.Add(time.Duration(s) * time.Second) }
+	drain := int64(1500)
+	st := &supervisor.Status{
+		Generations: []supervisor.GenerationStatus{
+			{ID: 1, State: supervisor.GenExited, StartedAt: at(-58)},
+			{ID: 2, State: supervisor.GenDraining, StartedAt: at(-40)},
+			{ID: 3, State: supervisor.GenActive, StartedAt: at(-20)},
+			{ID: 4, State: supervisor.GenFailed, StartedAt: at(-15)},
+			{ID: 5, State: supervisor.GenCanary, StartedAt: at(-10)},
+		},
+		Handoffs: []supervisor.Handoff{
+			{ID: 1, To: 1, Outcome: supervisor.OutcomeOK, StartedAt: at(-58), ReadyMs: 10},
+			{ID: 2, From: 1, To: 2, Outcome: supervisor.OutcomeOK, StartedAt: at(-40), ReadyMs: 10, DrainMs: &drain},
+			{ID: 3, From: 2, To: 3, Outcome: supervisor.OutcomeOK, StartedAt: at(-20), ReadyMs: 10},
+			{ID: 4, From: 3, To: 4, Outcome: supervisor.OutcomeFailed, StartedAt: at(-15), DurationMs: 2000},
+			{ID: 5, From: 3, To: 5, Outcome: supervisor.OutcomeCanary, StartedAt: at(-10), ReadyMs: 10, Canary: &supervisor.CanaryRecord{Percent: 10}},
+		},
+	}
+	var b strings.Builder
+	printTimeline(&b, st, now)
+	lines := strings.Split(b.String(), "\n")
+	row := func(id int) string {
+		for _, l := range lines {
+			if strings.HasPrefix(l, fmt.Sprintf("gen %-4d ", id)) {
+				return l
+			}
+		}
+		t.Fatalf("no row for generation %d:\n%s", id, b.String())
+		return ""
+	}
+	bar := func(id int) []rune { return []rune(row(id))[9 : 9+timelineWidth] }
+	for _, tc := range []struct {
+		id           int
+		has, hasNot  string
+		note, endsAs string
+	}{
+		{1, "█", "▓", "exited, drained in 1.5s", "░"},
+		{2, "█", "x", "draining", "░"},
+		{3, "█", "░", "active", "█"},
+		{4, "x", "█", "failed", "x"},
+		{5, "▓", "█", "canary", "▓"},
+	} {
+		r, br := row(tc.id), strings.TrimRight(string(bar(tc.id)), " ")
+		if !strings.Contains(br, tc.has) || strings.Contains(br, tc.hasNot) || !strings.HasSuffix(r, tc.note) || !strings.HasSuffix(br, tc.endsAs) {
+			t.Errorf("generation %d: %q, want %s and not %s, ending %s, noted %q", tc.id, r, tc.has, tc.hasNot, tc.endsAs, tc.note)
+		}
+	}
+	// Generation 2 begins where 1 ends its active part: the handoff.
+	if i1, i2 := slices.Index(bar(1), '░'), slices.Index(bar(2), '█'); i1 < 0 || i2 < 0 || i1 != i2 {
+		t.Errorf("generation 1 drains from column %d, 2 is active from %d: want the same\n%s", i1, i2, b.String())
 	}
 }
