@@ -232,7 +232,9 @@ func serveMetrics(path string, sup *supervisor.Supervisor) (func(), error) {
 	mux.Handle("/metrics", metricsHandler(sup))
 	mux.Handle("/readyz", readyzHandler(sup))
 	mux.Handle("/healthz", healthzHandler(sup))
-	mux.Handle("/", statusPage(sup))
+	if cfg.Metrics.StatusPage != config.StatusPageOff {
+		mux.Handle("/", statusPage(sup, cfg.Metrics.StatusPage != config.StatusPageOn))
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {

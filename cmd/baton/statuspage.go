@@ -5,6 +5,7 @@ import (
 	"embed"
 	"encoding/json"
 	"net/http"
+	"net/netip"
 
 	"github.com/baton-proxy/baton/supervisor"
 )
@@ -27,8 +28,9 @@ func statusPageHeaders(h http.Header) {
 
 // statusPage serves the status page at / of the metrics address, and
 // status.json, the document `baton status -o json` prints, which the page
-// reads every second.
-func statusPage(sup *supervisor.Supervisor) http.Handler {
+// reads every second. local: to clients on loopback only (403 to the
+// others: metrics.statusPage local).
+func statusPage(sup *supervisor.Supervisor, local bool) http.Handler {
 	files := map[string]string{
 		"/":           "statuspage/index.html",
 		"/status.js":  "statuspage/status.js",
@@ -43,6 +45,10 @@ func statusPage(sup *supervisor.Supervisor) http.Handler {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		if local && !fromLoopback(r) {
+			http.Error(w, "the status page answers clients on loopback only (metrics.statusPage: local); kubectl port-forward, or an SSH tunnel, reach it", http.StatusForbidden)
 			return
 		}
 		statusPageHeaders(w.Header())
@@ -71,4 +77,10 @@ func statusPage(sup *supervisor.Supervisor) http.Handler {
 		w.Header().Set("Content-Type", types[r.URL.Path])
 		w.Write(b)
 	})
+}
+
+// fromLoopback reports whether r came from a loopback address.
+func fromLoopback(r *http.Request) bool {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	return err == nil && ap.Addr().Unmap().IsLoopback()
 }

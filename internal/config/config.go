@@ -173,7 +173,20 @@ type Metrics struct {
 	// Address is host:port to serve /metrics on; empty: no endpoint. Read
 	// at start only.
 	Address string `json:"address,omitempty"`
+	// StatusPage says who the status page (/ and /status.json) answers:
+	// local (default: clients on loopback only, such as a browser on the
+	// host or kubectl port-forward, while probes and Prometheus reach the
+	// rest of the address from the network), on (every client of the
+	// address), or off.
+	StatusPage string `json:"statusPage,omitempty"`
 }
+
+// Metrics.StatusPage values.
+const (
+	StatusPageLocal = "local"
+	StatusPageOn    = "on"
+	StatusPageOff   = "off"
+)
 
 // Kubernetes holds the API server connection settings.
 type Kubernetes struct {

@@ -83,6 +83,11 @@ func (c *Config) validate(offline bool) error {
 	if c.HTTP.MaxRequestsPerConnection < 1 {
 		bad("http.maxRequestsPerConnection must be at least 1, not %d", c.HTTP.MaxRequestsPerConnection)
 	}
+	switch c.Metrics.StatusPage {
+	case "", StatusPageLocal, StatusPageOn, StatusPageOff:
+	default:
+		bad("metrics.statusPage must be local, on or off, not %q", c.Metrics.StatusPage)
+	}
 	if a := c.Metrics.Address; a != "" {
 		if _, port, err := net.SplitHostPort(a); err != nil || checkPort(port) != nil {
 			bad("metrics.address must be host:port, not %q", a)
