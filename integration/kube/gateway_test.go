@@ -19,7 +19,9 @@ import (
 	"github.com/baton-proxy/baton/gateway"
 	"github.com/baton-proxy/baton/integration/internal/certs"
 	"github.com/baton-proxy/baton/supervisor"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -488,5 +490,83 @@ spec:
 	})
 	if s, code := serial(); s != 8 || code != 200 {
 		t.Errorf("with the Secret broken: certificate %d, status %d; want the last good one (8) serving", s, code)
+	}
+}
+
+// A cluster whose Gateway API CRDs lack a route kind baton reads (an
+// older release: TCPRoute at v1alpha2 only, or none) is served all the
+// same: the controller leaves that kind unwatched, with a warning, instead
+// of waiting for its cache for ever with every other kind's; its
+// HTTPRoutes are served. The CRD is put back at the end.
+func TestGatewayWithoutAnOptionalCRD(t *testing.T) {
+	dyn := gatewayCRDs(t)
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	const crd = "tcproutes.gateway.networking.k8s.io"
+	if err := crds.Delete(context.Background(), crd, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
+		if err == nil {
+			harness.WaitFor(t, 30*time.Second, "the TCPRoute CRD put back", func() bool {
+				return kuberig.GatewayCRDs(restConfig, strings.TrimSpace(string(out)), "standard") == nil &&
+					func() bool {
+						_, err := dyn.Resource(gvr("tcproutes")).List(context.Background(), metav1.ListOptions{})
+						return err == nil
+					}()
+			})
+		}
+	})
+	harness.WaitFor(t, 30*time.Second, "TCPRoutes no longer served", func() bool {
+		_, err := dyn.Resource(gvr("tcproutes")).List(context.Background(), metav1.ListOptions{})
+		return err != nil
+	})
+	ns := newNamespace(t)
+	createService(t, ns, "app", "")
+	class := "baton-" + ns
+	c, err := gateway.NewClient(kubeconfig, "baton-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := &sink{results: make(chan *gateway.Result, 64)}
+	core, logs := observer.New(zap.WarnLevel)
+	ctl := gateway.New(c, gateway.Options{Addresses: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/24")}}, sk, zap.New(core))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctl.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	apply(t, dyn, fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: %[2]s}
+spec: {controllerName: %[3]s}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: %[1]s}
+spec:
+  gatewayClassName: %[2]s
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: app, namespace: %[1]s}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - backendRefs: [{name: app, port: 80}]`, ns, class, gateway.DefaultControllerName))
+	timeout := time.After(30 * time.Second)
+	for served := false; !served; {
+		select {
+		case r := <-sk.results:
+			served = len(r.Routing.Rules) > 0
+		case <-timeout:
+			t.Fatal("the HTTPRoute not served within 30s: the missing TCPRoute CRD held the controller up")
+		}
+	}
+	if n := logs.FilterField(zap.String("resource", "tcproutes")).Len(); n != 1 {
+		t.Errorf("%d warnings about the missing TCPRoute CRD, want 1: %v", n, logs.All())
 	}
 }
