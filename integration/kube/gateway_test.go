@@ -41,6 +41,50 @@ var installCRDs = sync.OnceValue(func() error {
 	return kuberig.GatewayCRDs(restConfig, strings.TrimSpace(string(out)), "standard")
 })
 
+// runController runs a Gateway API controller of the pool 198.18.64.0/24
+// until the test ends, logging to log, and returns what it serves.
+func runController(t *testing.T, log *zap.Logger) *sink {
+	t.Helper()
+	c, err := gateway.NewClient(kubeconfig, "baton-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := &sink{results: make(chan *gateway.Result, 64)}
+	ctl := gateway.New(c, gateway.Options{Addresses: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/24")}}, sk, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctl.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return sk
+}
+
+// classGatewayRoute is a GatewayClass of baton's (class), a Gateway "gw" of
+// it in ns with an HTTP listener on port 80, and an HTTPRoute "app"
+// attached to it whose spec goes on with routeSpec.
+func classGatewayRoute(ns, class, routeSpec string) string {
+	return fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: %[2]s}
+spec: {controllerName: %[3]s}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: %[1]s}
+spec:
+  gatewayClassName: %[2]s
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: app, namespace: %[1]s}
+spec:
+  parentRefs: [{name: gw}]
+%[4]s`, ns, class, gateway.DefaultControllerName, routeSpec)
+}
+
 // gatewayCRDs installs the CRDs (installCRDs) and returns a dynamic client.
 func gatewayCRDs(t testing.TB) dynamic.Interface {
 	t.Helper()
@@ -128,40 +172,11 @@ func TestGatewayController(t *testing.T) {
 	ns := newNamespace(t)
 	createService(t, ns, "app", "")
 	class := "baton-" + ns
-	c, err := gateway.NewClient(kubeconfig, "baton-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sk := &sink{results: make(chan *gateway.Result, 64)}
-	ctl := gateway.New(c, gateway.Options{Addresses: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/24")}}, sk, zaptest.NewLogger(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ctl.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	apply(t, dyn, fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: %[2]s}
-spec: {controllerName: %[3]s}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: %[1]s}
-spec:
-  gatewayClassName: %[2]s
-  listeners: [{name: http, port: 80, protocol: HTTP}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: app, namespace: %[1]s}
-spec:
-  parentRefs: [{name: gw}]
-  hostnames: [app.example]
+	sk := runController(t, zaptest.NewLogger(t))
+	apply(t, dyn, classGatewayRoute(ns, class, `  hostnames: [app.example]
   rules:
   - matches: [{path: {type: PathPrefix, value: /v1}}]
-    backendRefs: [{name: app, port: 80}]`, ns, class, gateway.DefaultControllerName))
+    backendRefs: [{name: app, port: 80}]`))
 
 	served := func(what string, ok func(*gateway.Result) bool) *gateway.Result {
 		t.Helper()
@@ -245,26 +260,9 @@ kubernetes:
 gateway:
   addresses: [%s]
 `, kubeconfig, gatewayPool))
-	apply(t, dyn, fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: %[2]s}
-spec: {controllerName: %[3]s}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: %[1]s}
-spec:
-  gatewayClassName: %[2]s
-  listeners: [{name: http, port: 80, protocol: HTTP}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: app, namespace: %[1]s}
-spec:
-  parentRefs: [{name: gw}]
-  hostnames: [app.example]
+	apply(t, dyn, classGatewayRoute(ns, class, `  hostnames: [app.example]
   rules:
-  - backendRefs: [{name: app, port: 80}]`, ns, class, gateway.DefaultControllerName))
+  - backendRefs: [{name: app, port: 80}]`))
 	var addr string
 	harness.WaitFor(t, 60*time.Second, "the Gateway programmed, with an address", func() bool {
 		if condition(t, dyn, "gateways", ns, "gw", "Programmed") != "True" {
@@ -524,39 +522,10 @@ func TestGatewayWithoutAnOptionalCRD(t *testing.T) {
 	ns := newNamespace(t)
 	createService(t, ns, "app", "")
 	class := "baton-" + ns
-	c, err := gateway.NewClient(kubeconfig, "baton-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sk := &sink{results: make(chan *gateway.Result, 64)}
 	core, logs := observer.New(zap.WarnLevel)
-	ctl := gateway.New(c, gateway.Options{Addresses: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/24")}}, sk, zap.New(core))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ctl.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	apply(t, dyn, fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: %[2]s}
-spec: {controllerName: %[3]s}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: %[1]s}
-spec:
-  gatewayClassName: %[2]s
-  listeners: [{name: http, port: 80, protocol: HTTP}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: app, namespace: %[1]s}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-  - backendRefs: [{name: app, port: 80}]`, ns, class, gateway.DefaultControllerName))
+	sk := runController(t, zap.New(core))
+	apply(t, dyn, classGatewayRoute(ns, class, `  rules:
+  - backendRefs: [{name: app, port: 80}]`))
 	timeout := time.After(30 * time.Second)
 	for served := false; !served; {
 		select {
