@@ -14,3 +14,4 @@ CGO_ENABLED=1 go build -tags urfave_cli_no_docs,openssl -o bin/baton-openssl ./c
   { echo "bench: no OpenSSL build of baton (gcc?): the RSA row has the default build only" >&2; rm -f bin/baton-openssl; }
 go build -o bin/loadgen ./integration/cmd/loadgen
 go run ./integration/cmd/bench -bin bin -out docs/benchmarks.md -json docs/benchmarks.json
+./scripts/grpcbench.sh  # section 7, gRPC beside nginx's grpc_pass and HAProxy

@@ -4,11 +4,13 @@
 # 5 s each, 32 concurrent calls over 1 and over 32 connections; then 32
 # long-lived bidirectional streams over 1 connection (messages/s); then,
 # for each, 15 reloads 400 ms apart under unary load, and again under
-# long-lived streams (each held for all 8 s, across every reload). Not yet
-# part of make bench (issue 24); figures in docs/benchmarks.md.
+# long-lived streams (each held for all 8 s, across every reload). make
+# bench runs it; integration/cmd/grpcreport writes its section of
+# docs/benchmarks.md (OUT: another file).
 # Ports 24080 (baton), 24180 (nginx), 24280 (HAProxy), 24900 (backend).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+out=${OUT:-docs/benchmarks.md}
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -64,6 +66,7 @@ nginx -c "$work/nginx.conf"
 haproxy -W -f "$work/haproxy.cfg" >"$work/haproxy.log" 2>&1 & pids+=($!)
 haproxy=$! # the master: SIGUSR2 reloads
 sleep 2
+measure() {
 for c in 1 32; do
 	for r in 1 2 3; do
 		for t in baton:24080 nginx:24180 haproxy:24280; do
@@ -90,3 +93,8 @@ for mode in unary stream; do
 		echo "15 reloads under $mode load, ${t%%:*}: $( ("$work/grpcload" $flags -addr "127.0.0.1:${t##*:}" -d 8s -conns 4 | tail -1) & sleep 1; for i in $(seq 15); do reload "${t%%:*}"; sleep 0.4; done; wait)"
 	done
 done
+}
+measure | tee "$work/results.txt"
+go run ./integration/cmd/grpcreport < "$work/results.txt" > "$work/block.md"
+./scripts/section.sh "$out" grpc "$work/block.md"
+echo "grpcbench: wrote its section of $out"

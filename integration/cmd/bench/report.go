@@ -35,7 +35,7 @@ func keptBlock(path string) string {
 	if k, l := strings.Index(s, ingressBegin), strings.Index(s, ingressEnd); k > j && l > k {
 		kept += "\n\n" + s[k:l+len(ingressEnd)]
 	}
-	// And the gRPC section (scripts/grpcbench.sh, written by hand).
+	// And the gRPC section (scripts/grpcbench.sh).
 	if k, l := strings.Index(s, grpcBegin), strings.Index(s, grpcEnd); l > k && k >= 0 {
 		kept += "\n\n" + s[k:l+len(grpcEnd)]
 	}
