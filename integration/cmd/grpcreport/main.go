@@ -8,6 +8,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"os"
 	"regexp"
@@ -140,14 +141,21 @@ func rateRange(fs []figure) string {
 	if len(fs) == 0 {
 		return "not run"
 	}
-	lo, hi := fs[0].rate, fs[0].rate
-	for _, f := range fs {
-		lo, hi = min(lo, f.rate), max(hi, f.rate)
-	}
+	lo, hi := bounds(fs, func(f figure) float64 { return f.rate })
 	if lo == hi {
 		return thousands(lo)
 	}
 	return thousands(lo) + "-" + thousands(hi)
+}
+
+// bounds returns the least and the most of what get says of fs (not
+// empty).
+func bounds[T cmp.Ordered](fs []figure, get func(figure) T) (lo, hi T) {
+	lo, hi = get(fs[0]), get(fs[0])
+	for _, f := range fs {
+		lo, hi = min(lo, get(f)), max(hi, get(f))
+	}
+	return lo, hi
 }
 
 func ratioRange(rs []float64) string {
@@ -169,10 +177,7 @@ func p99Range(fs []figure) string {
 	if len(fs) == 0 {
 		return "-"
 	}
-	lo, hi := fs[0].p99, fs[0].p99
-	for _, f := range fs {
-		lo, hi = min(lo, f.p99), max(hi, f.p99)
-	}
+	lo, hi := bounds(fs, func(f figure) time.Duration { return f.p99 })
 	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) }
 	if ms(lo) == ms(hi) {
 		return ms(lo)
