@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -188,9 +189,11 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.log.Warn("the API server's Gateway API resources unknown: watching every kind", zap.Error(err))
 	}
 	var synced []cache.InformerSynced
+	var absent []informer
 	for _, inf := range c.infs {
 		if inf.optional && served != nil && !served[inf.resource] {
-			c.log.Warn("no CRD of this route kind at gateway.networking.k8s.io/v1: none is served; restart baton once it is installed", zap.String("resource", inf.resource))
+			c.log.Warn("no CRD of this route kind at gateway.networking.k8s.io/v1: none is served until it is installed", zap.String("resource", inf.resource))
+			absent = append(absent, inf)
 			continue
 		}
 		synced = append(synced, inf.HasSynced)
@@ -202,14 +205,53 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("gateway: caches did not sync: %w", ctx.Err())
 	}
 	c.changed()
+	var discover <-chan time.Time
+	if len(absent) > 0 {
+		tick := time.NewTicker(cmp.Or(c.opts.DiscoveryEvery, defaultDiscoveryEvery))
+		defer tick.Stop()
+		discover = tick.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-c.notify:
 			c.reconcile(ctx)
+		case <-discover:
+			absent = c.watchInstalled(ctx, absent, &running)
+			if len(absent) == 0 {
+				discover = nil
+			}
 		}
 	}
+}
+
+// defaultDiscoveryEvery is Options.DiscoveryEvery's default.
+const defaultDiscoveryEvery = 30 * time.Second
+
+// watchInstalled starts the informers of the kinds of absent whose CRD
+// the API server serves now, and returns the others. A reconcile follows
+// each one's first list (its events ask for one too).
+func (c *Controller) watchInstalled(ctx context.Context, absent []informer, running *sync.WaitGroup) []informer {
+	served, err := c.client.served(ctx)
+	if err != nil {
+		return absent
+	}
+	var still []informer
+	for _, inf := range absent {
+		if !served[inf.resource] {
+			still = append(still, inf)
+			continue
+		}
+		c.log.Info("the CRD of this route kind is installed: served from now on", zap.String("resource", inf.resource))
+		running.Go(func() { inf.RunWithContext(ctx) })
+		running.Go(func() {
+			if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+				c.changed()
+			}
+		})
+	}
+	return still
 }
 
 // Last returns the last result served, or nil.

@@ -99,6 +99,10 @@ type Options struct {
 	// lease.DefaultDuration, lease.DefaultRetryPeriod).
 	Namespace, Identity        string
 	LeaseDuration, RetryPeriod time.Duration
+	// DiscoveryEvery is how often a route kind whose CRD was missing is
+	// looked for again (default 30s): once installed, it is watched and
+	// served without a restart.
+	DiscoveryEvery time.Duration
 }
 
 // Listener is a socket baton serves a Gateway's listeners of one port on.

@@ -41,16 +41,18 @@ var installCRDs = sync.OnceValue(func() error {
 	return kuberig.GatewayCRDs(restConfig, strings.TrimSpace(string(out)), "standard")
 })
 
-// runController runs a Gateway API controller of the pool 198.18.64.0/24
-// until the test ends, logging to log, and returns what it serves.
-func runController(t *testing.T, log *zap.Logger) *sink {
+// runController runs a Gateway API controller of opts and the pool
+// 198.18.64.0/24 until the test ends, logging to log, and returns what it
+// serves.
+func runController(t *testing.T, opts gateway.Options, log *zap.Logger) *sink {
 	t.Helper()
 	c, err := gateway.NewClient(kubeconfig, "baton-test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	sk := &sink{results: make(chan *gateway.Result, 64)}
-	ctl := gateway.New(c, gateway.Options{Addresses: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/24")}}, sk, log)
+	opts.Addresses = []netip.Prefix{netip.MustParsePrefix("198.18.64.0/24")}
+	ctl := gateway.New(c, opts, sk, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ctl.Run(ctx) }()
@@ -111,7 +113,8 @@ func apply(t testing.TB, dyn dynamic.Interface, docs string) {
 			t.Fatal(err)
 		}
 		u := &unstructured.Unstructured{Object: obj}
-		plural := map[string]string{"GatewayClass": "gatewayclasses", "Gateway": "gateways", "HTTPRoute": "httproutes", "ReferenceGrant": "referencegrants"}[u.GetKind()]
+		plural := map[string]string{"GatewayClass": "gatewayclasses", "Gateway": "gateways", "HTTPRoute": "httproutes", "ReferenceGrant": "referencegrants",
+			"GRPCRoute": "grpcroutes", "TLSRoute": "tlsroutes", "TCPRoute": "tcproutes"}[u.GetKind()]
 		res := dyn.Resource(gvr(plural))
 		var err error
 		if ns := u.GetNamespace(); ns != "" {
@@ -172,7 +175,7 @@ func TestGatewayController(t *testing.T) {
 	ns := newNamespace(t)
 	createService(t, ns, "app", "")
 	class := "baton-" + ns
-	sk := runController(t, zaptest.NewLogger(t))
+	sk := runController(t, gateway.Options{}, zaptest.NewLogger(t))
 	apply(t, dyn, classGatewayRoute(ns, class, `  hostnames: [app.example]
   rules:
   - matches: [{path: {type: PathPrefix, value: /v1}}]
@@ -523,7 +526,7 @@ func TestGatewayWithoutAnOptionalCRD(t *testing.T) {
 	createService(t, ns, "app", "")
 	class := "baton-" + ns
 	core, logs := observer.New(zap.WarnLevel)
-	sk := runController(t, zap.New(core))
+	sk := runController(t, gateway.Options{DiscoveryEvery: 300 * time.Millisecond}, zap.New(core))
 	apply(t, dyn, classGatewayRoute(ns, class, `  rules:
   - backendRefs: [{name: app, port: 80}]`))
 	timeout := time.After(30 * time.Second)
@@ -537,5 +540,45 @@ func TestGatewayWithoutAnOptionalCRD(t *testing.T) {
 	}
 	if n := logs.FilterField(zap.String("resource", "tcproutes")).Len(); n != 1 {
 		t.Errorf("%d warnings about the missing TCPRoute CRD, want 1: %v", n, logs.All())
+	}
+
+	// The CRD installed while baton runs: its TCPRoutes are served
+	// from then on, without a restart.
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 30*time.Second, "the TCPRoute CRD installed again", func() bool {
+		if kuberig.GatewayCRDs(restConfig, strings.TrimSpace(string(out)), "standard") != nil {
+			return false
+		}
+		_, err := dyn.Resource(gvr("tcproutes")).List(context.Background(), metav1.ListOptions{})
+		return err == nil
+	})
+	apply(t, dyn, fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: tcp, namespace: %[1]s}
+spec:
+  gatewayClassName: %[2]s
+  listeners: [{name: db, port: 5432, protocol: TCP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TCPRoute
+metadata: {name: db, namespace: %[1]s}
+spec:
+  parentRefs: [{name: tcp}]
+  rules:
+  - backendRefs: [{name: app, port: 80}]`, ns, class))
+	listener := "gw/" + ns + "/tcp:5432"
+	timeout = time.After(30 * time.Second)
+	for served := false; !served; {
+		select {
+		case r := <-sk.results:
+			for _, rule := range r.Routing.Rules {
+				served = served || rule.Listener == listener
+			}
+		case <-timeout:
+			t.Fatalf("the TCPRoute not served within 30s of its CRD's install")
+		}
 	}
 }
