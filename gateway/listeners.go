@@ -33,10 +33,7 @@ func listeners(s *Snapshot, g *gwv1.Gateway, res *Result) {
 		lkey := key(&g.ObjectMeta) + "/" + string(l.Name)
 		lc := ListenerConditions{Accepted: true, AcceptedReason: string(gwv1.ListenerReasonAccepted),
 			ResolvedRefs: true, ResolvedReason: string(gwv1.ListenerReasonResolvedRefs), ConflictReason: string(gwv1.ListenerReasonNoConflicts)}
-		mode := gwv1.TLSModeTerminate
-		if l.TLS != nil && l.TLS.Mode != nil {
-			mode = *l.TLS.Mode
-		}
+		mode := tlsMode(&l)
 		if ps := protocols[l.Port]; len(ps) > 1 && protocolOf(&l) != "" {
 			msg := fmt.Sprintf("port %d has listeners of %s: one socket serves one protocol", l.Port, strings.Join(ps, " and "))
 			lc.Accepted, lc.AcceptedReason, lc.AcceptedMsg = false, string(gwv1.ListenerReasonProtocolConflict), msg
@@ -111,13 +108,17 @@ func protocolOf(l *gwv1.Listener) string {
 	case gwv1.HTTPProtocolType, gwv1.HTTPSProtocolType, gwv1.TCPProtocolType:
 		return string(l.Protocol)
 	case gwv1.TLSProtocolType:
-		mode := gwv1.TLSModeTerminate
-		if l.TLS != nil && l.TLS.Mode != nil {
-			mode = *l.TLS.Mode
-		}
-		return string(l.Protocol) + " " + string(mode)
+		return string(l.Protocol) + " " + string(tlsMode(l))
 	}
 	return ""
+}
+
+// tlsMode is listener l's TLS mode: Terminate unless it says otherwise.
+func tlsMode(l *gwv1.Listener) gwv1.TLSModeType {
+	if l.TLS != nil && l.TLS.Mode != nil {
+		return *l.TLS.Mode
+	}
+	return gwv1.TLSModeTerminate
 }
 
 // routeKinds returns the route kinds listener l takes that baton serves

@@ -19,7 +19,6 @@ import (
 	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/proxy/h1"
 	"github.com/baton-proxy/baton/proxy/proxyproto"
-	"github.com/baton-proxy/baton/proxy/route"
 	"go.uber.org/zap"
 )
 
@@ -349,7 +348,7 @@ const (
 // agreement), which an idle one would hold on to (issue 23: 34 KB an idle
 // HTTP/2 connection before, 24.6 KB after).
 func (hc *h1conn) handshake() handshakeOutcome {
-	if hc.f.p.routes.Load().Has(route.PassthroughListener(hc.f.name)) && !hc.terminates() {
+	if hc.f.p.routes.Load().Has(hc.f.passName) && !hc.terminates() {
 		return handshakeFailed
 	}
 	timeout := hc.f.p.cfg.HTTP.ReadHeaderTimeout.Std()
@@ -379,29 +378,26 @@ func (hc *h1conn) handshake() handshakeOutcome {
 // ends; terminates reports false then, and when the hello is not one. Any
 // other goes on to the handshake here, the hello replayed to crypto/tls.
 func (hc *h1conn) terminates() bool {
+	f := hc.f
 	raw := hc.tls.NetConn()
-	raw.SetReadDeadline(time.Now().Add(hc.f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
-	hello, sni, err := readClientHello(raw, maxClientHello)
-	raw.SetReadDeadline(time.Time{})
-	if err != nil {
-		hc.f.p.stats.tlsHandshakeErrors.Add(1)
-		hc.f.p.log.Debug("tls passthrough: no ClientHello", zap.String("listener", hc.f.name), zap.ByteString("client", hc.client), zap.Error(err))
+	hello, sni, ok := f.p.readHello(f.name, raw)
+	if !ok {
+		f.p.stats.tlsHandshakeErrors.Add(1) // what crypto/tls would have refused
 		return false
 	}
-	pass := route.PassthroughListener(hc.f.name)
-	if rule, _ := hc.f.p.routes.Load().Match(pass, &route.Request{Host: []byte(sni), Path: []byte("/")}); rule != nil {
-		if b, ok := rule.Pick(); ok && b != nil {
+	if b, routed := f.p.pickStream(f.passName, sni); routed {
+		if b != nil {
 			var e *accessEntry
-			if al := hc.f.p.access; al != nil {
-				e = &accessEntry{start: time.Now(), listener: hc.f.name, client: hc.client, proto: protoTCP, sni: sni, status: http.StatusBadGateway, upstream: -1, generation: hc.f.p.Generation}
+			if al := f.p.access; al != nil {
+				e = &accessEntry{start: time.Now(), listener: f.name, client: hc.client, proto: protoTCP, sni: sni, status: http.StatusBadGateway, upstream: -1, generation: f.p.Generation}
 				defer func() {
 					e.bodyOut = e.bytesOut
 					al.log(e)
 				}()
 			}
-			hc.f.p.streamTo(pass, raw, b, hello, e, hc.f.gp.Go, func(net.Conn) bool { return true })
+			f.p.streamTo(f.passName, raw, b, hello, e, f.gp.Go, func(net.Conn) bool { return true })
 		}
-		return false
+		return false // passed through, or closed: the host's backend is gone
 	}
 	hc.tls = tls.Server(&prefixConn{Conn: raw, prefix: hello}, hc.f.tls)
 	hc.peer.reset(hc.tls)

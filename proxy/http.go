@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"github.com/baton-proxy/baton/proxy/route"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -30,8 +31,12 @@ const drainPoll = 5 * time.Millisecond
 // HTTP/1.1 upstreams (h2front.go).
 type httpFrontend struct {
 	name string
-	p    *Proxy
-	tls  *tls.Config // terminate TLS when set
+	// passName is route.PassthroughListener(name): the listener of the
+	// rules of hosts whose TLS is passed through, made once, not per
+	// connection.
+	passName string
+	p        *Proxy
+	tls      *tls.Config // terminate TLS when set
 	// proxyProtocol: each connection starts with a PROXY header.
 	proxyProtocol bool
 	metrics       *listenerMetrics
@@ -60,7 +65,7 @@ type httpFrontend struct {
 }
 
 func newHTTPFrontend(name string, p *Proxy) *httpFrontend {
-	return &httpFrontend{name: name, p: p, live: make(map[*h1conn]net.Conn), h2live: make(map[*h2.Conn]struct{}), gp: newGoPool(maxIdleGoroutines),
+	return &httpFrontend{name: name, passName: route.PassthroughListener(name), p: p, live: make(map[*h1conn]net.Conn), h2live: make(map[*h2.Conn]struct{}), gp: newGoPool(maxIdleGoroutines),
 		mirrors: make(chan struct{}, maxMirrors)}
 }
 

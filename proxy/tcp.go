@@ -124,16 +124,16 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 		var sni string
 		var ok bool
 		if f.passthrough {
-			hello, sni, ok = f.readHello(c)
+			hello, sni, ok = f.p.readHello(f.name, c)
 		} else if tc, terminated := c.(*tls.Conn); terminated {
 			sni, ok = tc.ConnectionState().ServerName, true
 		} else {
 			ok = true
 		}
 		if ok {
-			b, ok = f.pick(sni)
+			b, _ = f.p.pickStream(f.name, sni)
 		}
-		if !ok {
+		if b == nil {
 			return // closed with nothing sent, as the Gateway API asks of a name no route takes
 		}
 		if e != nil {
@@ -200,30 +200,33 @@ func (p *Proxy) streamTo(listener string, c net.Conn, b *backend, hello []byte, 
 // readHello reads c's ClientHello (within http.readHeaderTimeout), and
 // returns its records, for the backend, and its server name; ok is false
 // when it is not one.
-func (f *tcpFrontend) readHello(c net.Conn) (hello []byte, sni string, ok bool) {
-	c.SetReadDeadline(time.Now().Add(f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
+func (p *Proxy) readHello(listener string, c net.Conn) (hello []byte, sni string, ok bool) {
+	c.SetReadDeadline(time.Now().Add(p.cfg.HTTP.ReadHeaderTimeout.Std()))
 	hello, sni, err := readClientHello(c, maxClientHello)
 	c.SetReadDeadline(time.Time{})
 	if err != nil {
-		f.p.log.Debug("tls passthrough: no ClientHello", zap.String("listener", f.name), zap.Stringer("client", c.RemoteAddr()), zap.Error(err))
+		p.log.Debug("tls passthrough: no ClientHello", zap.String("listener", listener), zap.Stringer("client", c.RemoteAddr()), zap.Error(err))
 		return nil, "", false
 	}
 	return hello, sni, true
 }
 
-// pick returns the backend of the route that takes a connection whose
-// server name is sni ("": none, or not TLS; the route without host takes
-// it): the listener's routes as they are now, a route provider's
-// (TLSRoute, TCPRoute) changing without a handoff. ok is false when no
-// route takes it, or its rule has no backend to give.
-func (f *tcpFrontend) pick(sni string) (*backend, bool) {
-	rule, _ := f.p.routes.Load().Match(f.name, &route.Request{Host: []byte(sni), Path: []byte("/")})
+// pickStream returns the backend of the route of listener that takes a
+// connection whose server name is sni ("": none, or not TLS; the route
+// without host takes it): the routes as they are now, a route
+// provider's (TLSRoute, TCPRoute, Ingress ssl-passthrough) changing
+// without a handoff. routed is false when no route takes it; b is nil
+// when its rule has no backend to give.
+func (p *Proxy) pickStream(listener, sni string) (b *backend, routed bool) {
+	rule, _ := p.routes.Load().Match(listener, &route.Request{Host: []byte(sni), Path: []byte("/")})
 	if rule == nil {
-		f.p.log.Debug("tcp: no route", zap.String("listener", f.name), zap.String("sni", sni))
+		p.log.Debug("tcp: no route", zap.String("listener", listener), zap.String("sni", sni))
 		return nil, false
 	}
-	b, ok := rule.Pick()
-	return b, ok && b != nil
+	if b, ok := rule.Pick(); ok {
+		return b, true
+	}
+	return nil, true
 }
 
 // drain lets the streams finish; at ctx's end it closes them.

@@ -100,13 +100,34 @@ func statusCommand() *cli.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(v)
 			}
-			var st supervisor.Status
-			if err := json.Unmarshal(resp.Result, &st); err != nil {
+			st, err := decodeStatus(resp)
+			if err != nil {
 				return err
 			}
-			return printStatus(os.Stdout, &st, time.Now())
+			return printStatus(os.Stdout, st, time.Now())
 		},
 	}
+}
+
+// fetchStatus asks the supervisor for its status.
+func fetchStatus(c *cli.Context, timeout time.Duration) (*supervisor.Status, error) {
+	resp, err := call(c, supervisor.CommandStatus, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return decodeStatus(resp)
+}
+
+// decodeStatus is the status a control response carries, or its error.
+func decodeStatus(resp *ipc.Response) (*supervisor.Status, error) {
+	if !resp.OK {
+		return nil, errors.New(resp.Error)
+	}
+	var st supervisor.Status
+	if err := json.Unmarshal(resp.Result, &st); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	return &st, nil
 }
 
 // watchStatus redraws the status table every second, the screen cleared,
@@ -120,18 +141,10 @@ func watchStatus(c *cli.Context, out io.Writer) error {
 	for {
 		var b bytes.Buffer
 		b.WriteString("\x1b[H\x1b[2J") // home, clear
-		resp, err := call(c, supervisor.CommandStatus, 5*time.Second)
-		var st supervisor.Status
-		switch {
-		case err != nil:
+		if st, err := fetchStatus(c, 5*time.Second); err != nil {
 			fmt.Fprintf(&b, "baton status: %v\n", err)
-		case !resp.OK:
-			fmt.Fprintf(&b, "baton status: %s\n", resp.Error)
-		default:
-			if err := json.Unmarshal(resp.Result, &st); err != nil {
-				return err
-			}
-			printStatus(&b, &st, time.Now())
+		} else {
+			printStatus(&b, st, time.Now())
 		}
 		fmt.Fprintf(&b, "\n(every second; Ctrl-C ends)\n")
 		if _, err := out.Write(b.Bytes()); err != nil {

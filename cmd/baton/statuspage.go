@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"io/fs"
 	"net/http"
 	"net/netip"
 
@@ -31,16 +32,11 @@ func statusPageHeaders(h http.Header) {
 // reads every second. local: to clients on loopback only (403 to the
 // others: metrics.statusPage local).
 func statusPage(sup *supervisor.Supervisor, local bool) http.Handler {
-	files := map[string]string{
-		"/":           "statuspage/index.html",
-		"/status.js":  "statuspage/status.js",
-		"/status.css": "statuspage/status.css",
+	page, err := fs.Sub(statusFiles, "statuspage")
+	if err != nil { // the embedded folder is there: it compiled
+		panic(err)
 	}
-	types := map[string]string{
-		"/":           "text/html; charset=utf-8",
-		"/status.js":  "text/javascript; charset=utf-8",
-		"/status.css": "text/css; charset=utf-8",
-	}
+	files := http.FileServerFS(page) // index.html at /, by extension the rest
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -52,7 +48,8 @@ func statusPage(sup *supervisor.Supervisor, local bool) http.Handler {
 			return
 		}
 		statusPageHeaders(w.Header())
-		if r.URL.Path == "/status.json" {
+		switch r.URL.Path {
+		case "/status.json":
 			ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
 			defer cancel()
 			st, ok := sup.StatusContext(ctx)
@@ -62,20 +59,11 @@ func statusPage(sup *supervisor.Supervisor, local bool) http.Handler {
 			}
 			w.Header().Set("Content-Type", "application/json")
 			json.NewEncoder(w).Encode(st)
-			return
-		}
-		name, ok := files[r.URL.Path]
-		if !ok {
+		case "/", "/status.js", "/status.css":
+			files.ServeHTTP(w, r)
+		default:
 			http.NotFound(w, r)
-			return
 		}
-		b, err := statusFiles.ReadFile(name)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", types[r.URL.Path])
-		w.Write(b)
 	})
 }
 

@@ -29,83 +29,87 @@ type genLife struct {
 // when the next one took over (or it was aborted) until its last worker
 // exited, or now. status.js draws the same.
 func lives(st *supervisor.Status, now time.Time) []genLife {
-	var out []genLife
-	for _, g := range st.Generations {
-		l := genLife{id: g.ID, state: g.State}
-		var made, ended *supervisor.Handoff
-		for i := range st.Handoffs {
-			h := &st.Handoffs[i]
-			if h.To == g.ID && made == nil {
-				made = h
-			}
-			if h.From == g.ID && h.Outcome == supervisor.OutcomeOK && (h.Canary == nil || h.Canary.Verdict != "") {
-				ended = h
-			}
-		}
-		start := g.StartedAt
-		if g.State == supervisor.GenFailed || made != nil && made.Outcome == supervisor.OutcomeFailed {
-			end := start.Add(time.Second)
-			if made != nil {
-				end = made.StartedAt.Add(time.Duration(made.DurationMs) * time.Millisecond)
-			}
-			l.segs = append(l.segs, segment{"failed", start, end})
-			out = append(out, l)
-			continue
-		}
-		ready := start
-		if made != nil && made.ReadyMs > 0 {
-			ready = made.StartedAt.Add(time.Duration(made.ReadyMs) * time.Millisecond)
-		}
-		if g.State == supervisor.GenStarting {
-			l.segs = append(l.segs, segment{"starting", start, now})
-			out = append(out, l)
-			continue
-		}
-		l.segs = append(l.segs, segment{"starting", start, ready})
-		from := ready
-		if made != nil && made.Canary != nil {
-			decided := now
-			if !made.Canary.DecidedAt.IsZero() {
-				decided = made.Canary.DecidedAt
-			}
-			l.segs = append(l.segs, segment{"canary", from, decided})
-			from = decided
-			if made.Canary.Verdict == "aborted" {
-				l.segs = append(l.segs, drainSeg(decided, made.DrainMs, g.State, now, &l))
-				out = append(out, l)
-				continue
-			}
-			if made.Canary.Verdict == "" {
-				out = append(out, l)
-				continue
-			}
-		}
-		switch {
-		case ended != nil:
-			drain := ended.StartedAt.Add(time.Duration(ended.ReadyMs) * time.Millisecond)
-			if ended.Canary != nil && !ended.Canary.DecidedAt.IsZero() {
-				drain = ended.Canary.DecidedAt
-			}
-			l.segs = append(l.segs, segment{"active", from, drain}, drainSeg(drain, ended.DrainMs, g.State, now, &l))
-		case g.State == supervisor.GenDraining || g.State == supervisor.GenExited:
-			l.segs = append(l.segs, segment{"active", from, now}) // drained by a stop, its handoff no longer listed
-		default:
-			l.segs = append(l.segs, segment{"active", from, now})
-		}
-		out = append(out, l)
+	out := make([]genLife, len(st.Generations))
+	for i, g := range st.Generations {
+		out[i] = life(&g, st.Handoffs, now)
 	}
 	return out
 }
 
-func drainSeg(from time.Time, drainMs *int64, state supervisor.GenState, now time.Time, l *genLife) segment {
+// life is generation g's, from the handoffs that made it and ended it.
+func life(g *supervisor.GenerationStatus, handoffs []supervisor.Handoff, now time.Time) genLife {
+	l := genLife{id: g.ID, state: g.State}
+	var made, ended *supervisor.Handoff
+	for i := range handoffs {
+		h := &handoffs[i]
+		if h.To == g.ID && made == nil {
+			made = h
+		}
+		if h.From == g.ID && h.Outcome == supervisor.OutcomeOK && (h.Canary == nil || h.Canary.Verdict != "") {
+			ended = h
+		}
+	}
+	start := g.StartedAt
+	if g.State == supervisor.GenFailed || made != nil && made.Outcome == supervisor.OutcomeFailed {
+		end := start.Add(time.Second)
+		if made != nil {
+			end = made.StartedAt.Add(time.Duration(made.DurationMs) * time.Millisecond)
+		}
+		l.segs = append(l.segs, segment{"failed", start, end})
+		return l
+	}
+	if g.State == supervisor.GenStarting {
+		l.segs = append(l.segs, segment{"starting", start, now})
+		return l
+	}
+	from := start
+	if made != nil && made.ReadyMs > 0 {
+		from = made.StartedAt.Add(time.Duration(made.ReadyMs) * time.Millisecond)
+	}
+	l.segs = append(l.segs, segment{"starting", start, from})
+	if made != nil && made.Canary != nil {
+		c := made.Canary
+		decided := now
+		if !c.DecidedAt.IsZero() {
+			decided = c.DecidedAt
+		}
+		l.segs = append(l.segs, segment{"canary", from, decided})
+		from = decided
+		switch c.Verdict {
+		case "aborted":
+			l.drain(decided, made.DrainMs, now)
+			return l
+		case "":
+			return l // still a canary
+		}
+	}
+	if ended == nil {
+		// Active still, or drained by a stop (its handoff no longer listed).
+		l.segs = append(l.segs, segment{"active", from, now})
+		return l
+	}
+	drain := ended.StartedAt.Add(time.Duration(ended.ReadyMs) * time.Millisecond)
+	if ended.Canary != nil && !ended.Canary.DecidedAt.IsZero() {
+		drain = ended.Canary.DecidedAt
+	}
+	l.segs = append(l.segs, segment{"active", from, drain})
+	l.drain(drain, ended.DrainMs, now)
+	return l
+}
+
+// drain adds l's draining from from: drainMs long when it has ended (its
+// handoff says), none for an exited generation that does not say, else
+// until now.
+func (l *genLife) drain(from time.Time, drainMs *int64, now time.Time) {
+	to := now
 	switch {
 	case drainMs != nil:
 		l.drained = time.Duration(*drainMs) * time.Millisecond
-		return segment{"draining", from, from.Add(l.drained)}
-	case state == supervisor.GenExited:
-		return segment{"draining", from, from}
+		to = from.Add(l.drained)
+	case l.state == supervisor.GenExited:
+		to = from
 	}
-	return segment{"draining", from, now}
+	l.segs = append(l.segs, segment{"draining", from, to})
 }
 
 // marks are the characters a state is drawn with.

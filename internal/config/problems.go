@@ -1,10 +1,13 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -95,8 +98,8 @@ const (
 // duration, a list). It returns the document, and the problems it has; a
 // syntax error is the one problem when there is one.
 func checkShape(data []byte) (*yaml.Node, []Problem) {
-	if !utf8.Valid(data) {
-		line := 1 + strings.Count(string(data[:firstInvalidUTF8(data)]), "\n")
+	if i := firstInvalidUTF8(data); i < len(data) {
+		line := 1 + bytes.Count(data[:i], []byte("\n"))
 		return nil, []Problem{{Line: line, Message: "the file is not UTF-8 text"}}
 	}
 	var doc yaml.Node
@@ -111,6 +114,7 @@ func checkShape(data []byte) (*yaml.Node, []Problem) {
 	return doc.Content[0], c.problems
 }
 
+// firstInvalidUTF8 returns where b stops being UTF-8: len(b) when it is.
 func firstInvalidUTF8(b []byte) int {
 	for i := 0; i < len(b); {
 		r, n := utf8.DecodeRune(b[i:])
@@ -334,11 +338,11 @@ func fieldsOf(t reflect.Type) map[string]reflect.Type {
 // key's length at most); "" when none is.
 func closest(key string, fields map[string]reflect.Type) string {
 	best, bestD := "", 3
-	for f := range fields {
+	for _, f := range slices.Sorted(maps.Keys(fields)) { // sorted: ties go the same way every time
 		if strings.EqualFold(f, key) {
 			return f
 		}
-		if d := editDistance(strings.ToLower(key), strings.ToLower(f)); d < bestD && d <= max(1, len(key)/3) || d == bestD && best != "" && f < best {
+		if d := editDistance(strings.ToLower(key), strings.ToLower(f)); d < bestD && d <= max(1, len(key)/3) {
 			best, bestD = f, d
 		}
 	}

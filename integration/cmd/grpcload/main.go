@@ -145,6 +145,10 @@ func holdStream(c *http.Client, addr string, msg []byte, end time.Time, lat *[]t
 	// head comes once the backend answers it.
 	start := time.Now()
 	if _, err := pw.Write(msg); err != nil {
+		pw.CloseWithError(err)
+		if r := <-got; r.resp != nil { // the call ends with the pipe: wait for it
+			r.resp.Body.Close()
+		}
 		return 0, err
 	}
 	r := <-got
