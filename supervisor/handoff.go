@@ -151,8 +151,9 @@ func (s *Supervisor) runPending() {
 	s.startGeneration(cfg, h, nil)
 }
 
-// snapshot returns the status the loop's state describes.
-func (s *Supervisor) snapshot() Status {
+// snapshot returns the status the loop's state describes, with the
+// timeline when asked.
+func (s *Supervisor) snapshot(timeline bool) Status {
 	st := &s.state
 	out := Status{
 		PID:            os.Getpid(),
@@ -163,7 +164,9 @@ func (s *Supervisor) snapshot() Status {
 		PendingReloads: len(st.pending),
 	}
 	out.Ready = st.active != nil && !st.stopping
-	out.Timeline = st.timeline.list()
+	if timeline {
+		out.Timeline = st.timeline.list()
+	}
 	out.Canary = s.canaryStatus(time.Now())
 	if st.active != nil {
 		out.ActiveGeneration = st.active.id

@@ -73,7 +73,10 @@ type (
 		err   error
 		reply chan error
 	}
-	statusEvent     struct{ reply chan Status }
+	statusEvent     struct {
+		reply chan Status
+		brief bool // without the timeline
+	}
 	reopenLogsEvent struct{}
 	// routingEvent is a new routing payload, in its file (SetRouting).
 	routingEvent struct {
@@ -249,7 +252,8 @@ func (s *Supervisor) handle(ev event) {
 	case stopEvent:
 		s.handleStop(ev.now)
 	case statusEvent:
-		ev.reply <- s.snapshot()
+		st := s.snapshot(!ev.brief)
+		ev.reply <- st
 	case reopenLogsEvent:
 		s.reopenLogs()
 	case routingEvent:

@@ -336,9 +336,19 @@ func (s *Supervisor) Status() (Status, bool) {
 // StatusContext is Status, giving up when ctx ends: false then says that
 // the loop did not answer in time (or has ended).
 func (s *Supervisor) StatusContext(ctx context.Context) (Status, bool) {
+	return s.status(ctx, false)
+}
+
+// Brief is StatusContext without the timeline: what probes and the
+// metrics page read, asked for every few seconds, need no copy of it.
+func (s *Supervisor) Brief(ctx context.Context) (Status, bool) {
+	return s.status(ctx, true)
+}
+
+func (s *Supervisor) status(ctx context.Context, brief bool) (Status, bool) {
 	reply := make(chan Status, 1)
 	select {
-	case s.events <- statusEvent{reply: reply}:
+	case s.events <- statusEvent{reply: reply, brief: brief}:
 	case <-s.done:
 		return Status{}, false
 	case <-ctx.Done():

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -34,5 +35,25 @@ func TestTimeline(t *testing.T) {
 	}
 	if _, ok := got[0].Connections[1]; ok {
 		t.Errorf("a drained generation sampled: %+v", got[0])
+	}
+}
+
+// TestBriefStatusLeavesOutTheTimeline: probes and the metrics page ask for
+// Brief, which says what Status says but the timeline (300 samples, copied
+// for each ask); `baton status` and the status page still get it.
+func TestBriefStatusLeavesOutTheTimeline(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	h.readyGeneration(1)
+	st := h.waitStatus("a timeline sample", func(st Status) bool { return len(st.Timeline) > 0 && st.Ready })
+	br, ok := h.s.Brief(context.Background())
+	if !ok {
+		t.Fatal("supervisor gone")
+	}
+	if br.Timeline != nil {
+		t.Errorf("Brief has %d timeline samples, want none", len(br.Timeline))
+	}
+	if !br.Ready || br.ActiveGeneration != st.ActiveGeneration || len(br.Generations) != len(st.Generations) {
+		t.Errorf("Brief = ready %v, active %d, %d generations; Status: ready %v, active %d, %d generations",
+			br.Ready, br.ActiveGeneration, len(br.Generations), st.Ready, st.ActiveGeneration, len(st.Generations))
 	}
 }

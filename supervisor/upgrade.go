@@ -136,7 +136,7 @@ type upgradeState struct {
 // running count as they are now (the old supervisor sees the rest).
 func (s *Supervisor) upgradeState() upgradeState {
 	st := &s.state
-	snap := s.snapshot()
+	snap := s.snapshot(false)
 	us := upgradeState{
 		NextGeneration:   st.nextGen,
 		ActiveGeneration: snap.ActiveGeneration,

@@ -23,8 +23,8 @@ import (
 // a generation is replaced, and a few of the supervisor's own process
 // metrics.
 func metricsHandler(sup *supervisor.Supervisor) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		st, ok := sup.Status()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st, ok := sup.Brief(r.Context())
 		if !ok {
 			http.Error(w, "baton: stopping", http.StatusServiceUnavailable)
 			return
@@ -46,7 +46,7 @@ func readyzHandler(sup *supervisor.Supervisor) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
 		defer cancel()
-		st, ok := sup.StatusContext(ctx)
+		st, ok := sup.Brief(ctx)
 		switch {
 		case !ok:
 			http.Error(w, "not ready: the supervisor does not answer", http.StatusServiceUnavailable)
@@ -66,7 +66,7 @@ func healthzHandler(sup *supervisor.Supervisor) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
 		defer cancel()
-		if _, ok := sup.StatusContext(ctx); !ok {
+		if _, ok := sup.Brief(ctx); !ok {
 			http.Error(w, "unhealthy: the supervisor does not answer", http.StatusServiceUnavailable)
 			return
 		}
