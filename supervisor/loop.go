@@ -73,7 +73,7 @@ type (
 		err   error
 		reply chan error
 	}
-	statusEvent     struct {
+	statusEvent struct {
 		reply chan Status
 		brief bool // without the timeline
 	}
