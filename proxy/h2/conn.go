@@ -430,6 +430,13 @@ func (sc *Conn) processSettings(f *http2.SettingsFrame) error {
 	if f.IsAck() {
 		return nil
 	}
+	// The writing side is held from before the new values apply until
+	// the ACK is queued: DATA that a window opened by these settings lets
+	// a stream send goes out after the ACK, never before it. A client
+	// may wait for the ACK before it looks for that DATA (h2spec 6.9.2/1
+	// does, and dropped the DATA it met first), as nginx's one loop
+	// answers. Lock order: the writing side, then mu.
+	sc.lockWrite()
 	err := f.ForeachSetting(func(s http2.Setting) error {
 		if err := s.Valid(); err != nil {
 			return err
@@ -458,9 +465,11 @@ func (sc *Conn) processSettings(f *http2.SettingsFrame) error {
 		return nil
 	})
 	if err != nil {
+		sc.unlockWrite(false)
 		return err
 	}
-	return sc.writeFrame(http2.FrameSettings, http2.FlagSettingsAck, 0, nil, true)
+	sc.frameLocked(http2.FrameSettings, http2.FlagSettingsAck, 0, nil)
+	return sc.unlockWrite(true)
 }
 
 func (sc *Conn) processWindowUpdate(f *http2.WindowUpdateFrame) error {
