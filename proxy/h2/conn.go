@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,6 +133,11 @@ type Conn struct {
 	wfail     error
 	hdr       [9]byte
 
+	// A flush asked for by flushSoon and not yet made; flushFn is the
+	// goroutine's function, bound once.
+	flushQueued atomic.Bool
+	flushFn     func()
+
 	// The connection's state, under mu. cond is signalled when a send
 	// window grows, a stream is reset, or the connection ends.
 	mu         sync.Mutex
@@ -171,6 +177,7 @@ func NewConn(c net.Conn, cfg Config, h Handler) *Conn {
 	sc := &Conn{c: c, cfg: cfg, h: h, streams: make(map[uint32]*Stream),
 		sendWindow: initialWindow, peerWindow: initialWindow, peerFrame: frameSize, recvWindow: connWindow}
 	sc.cond.L = &sc.mu
+	sc.flushFn = sc.flushQueuedNow
 	// A small read buffer: frame heads and small frames are read
 	// through it, a frame larger than it straight into the Framer's
 	// buffer (bufio reads a large Read directly), so that an idle
@@ -739,11 +746,7 @@ func (sc *Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	last := sc.opened >= sc.cfg.MaxRequests
 	sc.handlers.Add(1)
 	sc.mu.Unlock()
-	if sc.cfg.Go != nil {
-		sc.cfg.Go(func() { sc.run(s) })
-	} else {
-		go sc.run(s)
-	}
+	sc.spawn(func() { sc.run(s) })
 	if last {
 		// The connection's last stream (nginx's keepalive_requests):
 		// a GOAWAY names it, streams opened after it are not processed
@@ -993,6 +996,44 @@ func (sc *Conn) writeFrame(typ http2.FrameType, flags http2.Flags, id uint32, pa
 func (sc *Conn) flush() error {
 	sc.lockWrite()
 	return sc.unlockWrite(true)
+}
+
+// flushSoon asks for what was written to be sent once the goroutines that
+// can run now have had their turn, as an event loop writes once a turn:
+// the flush runs in a goroutine of its own, which a worker's single
+// processor runs when the stream's goroutine waits (or, with processors
+// to spare, at once). What streams write meanwhile goes out in the same
+// write: a gRPC response's head, message and trailers (three writes when
+// each flushed), the responses of streams answered together. The caller
+// is a handler, so that Serve waits for the flush too.
+func (sc *Conn) flushSoon() {
+	if sc.flushQueued.Swap(true) {
+		return // one is queued: it will send this too
+	}
+	sc.handlers.Add(1)
+	sc.spawn(sc.flushFn)
+}
+
+// flushQueuedNow is flushSoon's goroutine. The runtime runs a goroutine
+// just readied before the others that can run (runnext): it yields
+// once, to the back of the queue, so that the streams readied with it
+// (by one read of the backend's connection) write first.
+func (sc *Conn) flushQueuedNow() {
+	defer sc.handlers.Done()
+	runtime.Gosched()
+	// Cleared first: a frame written after this point either is in this
+	// flush or queues one of its own.
+	sc.flushQueued.Store(false)
+	sc.flush()
+}
+
+// spawn runs fn on a goroutine of Config.Go's, else one of its own.
+func (sc *Conn) spawn(fn func()) {
+	if sc.cfg.Go != nil {
+		sc.cfg.Go(fn)
+	} else {
+		go fn()
+	}
 }
 
 // reserve takes up to want bytes of the send windows of the connection and

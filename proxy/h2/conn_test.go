@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -664,4 +665,69 @@ func TestSettingsAckBeforeTheDataItAllows(t *testing.T) {
 		}
 		rc.c.Close()
 	}
+}
+
+// writeCounter is a connection that counts the writes carrying a frame
+// of stream id.
+type writeCounter struct {
+	net.Conn
+	id     uint32
+	writes atomic.Int32
+}
+
+func (c *writeCounter) Write(p []byte) (int, error) {
+	for b := p; len(b) >= 9; {
+		n := int(b[0])<<16 | int(b[1])<<8 | int(b[2])
+		if binary.BigEndian.Uint32(b[5:9])&maxWindow == c.id {
+			c.writes.Add(1)
+			break
+		}
+		b = b[min(len(b), 9+n):]
+	}
+	return c.Conn.Write(p)
+}
+
+// A stream's flushes wait for its goroutine's turn to end (flushSoon): a
+// gRPC-shaped response, its head flushed, then a message flushed, then
+// trailers, leaves in one write where it took three, as nginx's event
+// loop writes once a turn. One processor, as a worker of several has.
+func TestStreamFlushesJoinInOneWrite(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	wc := make(chan *writeCounter, 1)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		cc := &writeCounter{Conn: c, id: 1}
+		wc <- cc
+		NewConn(cc, Config{PrefaceTimeout: 5 * time.Second, IdleTimeout: time.Minute, WriteTimeout: 5 * time.Second}, func(s *Stream) {
+			s.StartResponse(200).AddString("content-type", []byte("application/grpc"))
+			s.SendHeaders(false)
+			s.Flush()
+			s.Write([]byte{0, 0, 0, 0, 2, 'h', 'i'})
+			s.Flush()
+			s.StartTrailers().AddString("grpc-status", []byte("0"))
+			s.SendTrailers()
+		}).Serve()
+	}()
+	rc := dialRaw(t, ln.Addr().String())
+	rc.headers(1, true, get("/")...)
+	rc.until("the trailers", func(f http2.Frame) bool {
+		h, ok := f.(*http2.MetaHeadersFrame)
+		return ok && h.StreamID == 1 && h.StreamEnded()
+	})
+	if n := (<-wc).writes.Load(); n != 1 {
+		t.Errorf("the response took %d writes, want 1", n)
+	}
+	rc.c.Close()
+	<-served
 }

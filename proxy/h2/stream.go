@@ -366,7 +366,11 @@ func (s *Stream) SendHeaders(end bool) error {
 		typ, flags = http2.FrameContinuation, 0
 	}
 	s.headersSent, s.ended = true, end
-	return sc.unlockWrite(end)
+	err := sc.unlockWrite(false)
+	if end && err == nil {
+		sc.flushSoon()
+	}
+	return err
 }
 
 // Write sends body bytes, in DATA frames as full as the peer allows, as
@@ -386,7 +390,9 @@ func (s *Stream) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Flush sends what Write holds, and flushes the connection.
+// Flush sends what Write holds, and has the connection flushed soon
+// (flushSoon): before the stream's goroutine next waits, what it writes
+// joins the same write.
 func (s *Stream) Flush() error {
 	if s.out != nil && len(s.out.pending) > 0 {
 		if err := s.sendData(s.out.pending, false); err != nil {
@@ -394,7 +400,8 @@ func (s *Stream) Flush() error {
 		}
 		s.out.pending = s.out.pending[:0]
 	}
-	return s.sc.flush()
+	s.sc.flushSoon()
+	return nil
 }
 
 // End sends what Write holds and ends the stream.
@@ -434,10 +441,13 @@ func (s *Stream) sendData(p []byte, end bool) error {
 		if last && end {
 			flags = http2.FlagDataEndStream
 		}
-		if err := sc.writeFrame(http2.FrameData, flags, s.id, p[:n], last && end); err != nil {
+		if err := sc.writeFrame(http2.FrameData, flags, s.id, p[:n], false); err != nil {
 			return err
 		}
 		if last {
+			if end {
+				sc.flushSoon()
+			}
 			return nil
 		}
 		p = p[n:]
