@@ -207,8 +207,9 @@ func (b *backend) dialH2(ctx context.Context, ep *endpoint) (*http2.ClientConn, 
 	}
 	var cc *http2.ClientConn
 	if err == nil {
-		if cc, err = b.h2t.NewClientConn(c); err != nil {
-			c.Close()
+		tc := newTurnConn(c, b.sendTimeout)
+		if cc, err = b.h2t.NewClientConn(tc); err != nil {
+			tc.Close()
 		}
 	}
 	if err != nil {
