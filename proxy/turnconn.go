@@ -36,7 +36,7 @@ type turnConn struct {
 	buf    []byte     // written, not sent yet
 	queued bool       // the flusher was woken for buf
 	closed bool
-	err    error // the first failed write, or net.ErrClosed
+	err    error // the first failed write, or net.ErrClosed once closed
 
 	wake chan struct{} // wakes run; closed by Close
 	done chan struct{} // closed when run returns
@@ -54,12 +54,8 @@ func newTurnConn(c net.Conn, timeout time.Duration) *turnConn {
 // as a plain connection would).
 func (c *turnConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	if c.err != nil || c.closed {
-		err := c.err
+	if err := c.err; err != nil {
 		c.mu.Unlock()
-		if err == nil {
-			err = net.ErrClosed
-		}
 		return 0, err
 	}
 	c.buf = append(c.buf, p...)
@@ -139,18 +135,18 @@ func (c *turnConn) Close() error {
 		return net.ErrClosed
 	}
 	c.closed = true
+	// What is held is taken now, Write and the flusher fail from now on;
+	// a write under way took its bytes earlier, so these go after it.
+	p, err := c.buf, c.err
+	c.buf, c.err = nil, net.ErrClosed
 	close(c.wake)
 	c.mu.Unlock()
 	c.Conn.SetWriteDeadline(time.Now().Add(time.Second)) // bounds a write under way too
-	c.wmu.Lock()
-	c.mu.Lock()
-	p, err := c.buf, c.err
-	c.buf, c.err = nil, net.ErrClosed // Write fails from now on
-	c.mu.Unlock()
 	if err == nil && len(p) > 0 {
+		c.wmu.Lock()
 		c.Conn.Write(p)
+		c.wmu.Unlock()
 	}
-	c.wmu.Unlock()
 	err = c.Conn.Close()
 	<-c.done
 	return err
