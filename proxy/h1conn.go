@@ -395,6 +395,8 @@ func (hc *h1conn) terminates() bool {
 					al.log(e)
 				}()
 			}
+			f.p.stats.requests.Add(1)
+			b.requests.Add(1)
 			f.p.streamTo(f.passName, raw, b, hello, e, f.gp.Go, func(net.Conn) bool { return true })
 		}
 		return false // passed through, or closed: the host's backend is gone

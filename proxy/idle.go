@@ -86,18 +86,8 @@ type woken struct {
 
 // newIdleSet makes f's idle set and starts its goroutine.
 func newIdleSet(f *httpFrontend) (*idleSet, error) {
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	epfd, ep, rc, err := pollableEpoll("idle-epoll")
 	if err != nil {
-		return nil, fmt.Errorf("idle connections: epoll_create1: %w", err)
-	}
-	if err := unix.SetNonblock(epfd, true); err != nil {
-		unix.Close(epfd)
-		return nil, fmt.Errorf("idle connections: %w", err)
-	}
-	ep := os.NewFile(uintptr(epfd), "idle-epoll") // non-blocking: pollable
-	rc, err := ep.SyscallConn()
-	if err != nil {
-		ep.Close()
 		return nil, fmt.Errorf("idle connections: %w", err)
 	}
 	s := &idleSet{f: f, epfd: epfd, ep: ep, rc: rc, done: make(chan struct{})}
@@ -288,4 +278,25 @@ func fdPending(fd int) bool {
 	var b [1]byte
 	n, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
 	return errno == 0 && n > 0
+}
+
+// pollableEpoll makes an epoll instance that the runtime's poller waits
+// on (an epoll descriptor is readable while it has events): its
+// descriptor, as an *os.File, and the RawConn whose Read waits for it.
+func pollableEpoll(name string) (epfd int, f *os.File, rc syscall.RawConn, err error) {
+	epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return -1, nil, nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	// Non-blocking, or os.NewFile would not give it to the poller.
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return -1, nil, nil, err
+	}
+	f = os.NewFile(uintptr(epfd), name)
+	if rc, err = f.SyscallConn(); err != nil {
+		f.Close()
+		return -1, nil, nil, err
+	}
+	return epfd, f, rc, nil
 }

@@ -180,6 +180,9 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 			if lc := p.listenerConfig(l.Name); lc != nil {
 				deferAccept(ln, lc.Protocol == config.ProtocolHTTP)
 				ln = newRawListener(ln)
+				if rl, ok := ln.(*rawListener); ok {
+					rl.bare = loopServes(lc)
+				}
 			}
 			got[l.Name] = append(got[l.Name], p.gate(l.Name, idx, ln))
 		}
@@ -230,6 +233,12 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 			}
 			f := newTCPFrontend(lc.Name, p, b)
 			f.tls, f.proxyProtocol, f.passthrough = tc, lc.ProxyProtocol, lc.TLS.Passthrough()
+			if loopServes(&lc) {
+				var err error
+				if f.loop, err = newStreamLoop(f); err != nil {
+					return fmt.Errorf("listener %q: %w", lc.Name, err)
+				}
+			}
 			p.tcps = append(p.tcps, f)
 			f.serve(lns)
 		}

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -406,19 +405,7 @@ func TestTCPProxyPassesHalfClose(t *testing.T) {
 			}()
 		}
 	}()
-	_, _, tcp := startProxy(t, fmt.Sprintf(`
-controlSocket: /tmp/unused.sock
-listeners:
-  - name: echo
-    address: @TCP@
-    protocol: tcp
-backends:
-  - name: echo
-    static: [%q]
-routes:
-  - listener: echo
-    backend: echo
-`, echo.Addr().String()))
+	_, _, tcp := startProxy(t, tcpConfig(echo.Addr().String()))
 	c, err := net.Dial("tcp", tcp)
 	if err != nil {
 		t.Fatal(err)
@@ -455,19 +442,7 @@ func TestTCPStreamKeepAlive(t *testing.T) {
 			}()
 		}
 	}()
-	p, _, tcp := startProxy(t, fmt.Sprintf(`
-controlSocket: /tmp/unused.sock
-listeners:
-  - name: echo
-    address: @TCP@
-    protocol: tcp
-backends:
-  - name: echo
-    static: [%q]
-routes:
-  - listener: echo
-    backend: echo
-`, echo.Addr().String()))
+	p, _, tcp := startProxy(t, tcpConfig(echo.Addr().String()))
 	c, err := net.Dial("tcp", tcp)
 	if err != nil {
 		t.Fatal(err)
@@ -481,28 +456,38 @@ routes:
 	if _, err := io.ReadFull(c, buf); err != nil {
 		t.Fatal(err)
 	}
-	f := p.tcps[0]
-	keepAliveOn := func(c net.Conn) bool {
-		sc, ok := c.(syscall.Conn)
-		return ok && sockoptInt(t, sc, unix.SOL_SOCKET, unix.SO_KEEPALIVE) == 1
+	// The stream loop serves a plain tcp listener: the stream's two
+	// sockets are its one stream's.
+	l := p.tcps[0].loop
+	if l == nil {
+		t.Fatal("a plain tcp listener without a stream loop")
 	}
-	pair := func() (client, up net.Conn) {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for c, u := range f.conns {
-			return c, u
+	// keepAlive says whether the stream's client and upstream sockets
+	// have keep-alive on; found is false while the loop has no stream
+	// with both.
+	keepAlive := func() (client, up, found bool) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		on := func(fd int) bool {
+			v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE)
+			return err == nil && v == 1
 		}
-		return nil, nil
+		for _, s := range l.sides {
+			if st := s.st; st.a.fd >= 0 && st.b.fd >= 0 && st.state == stateRelay {
+				return on(st.a.fd), on(st.b.fd), true
+			}
+		}
+		return false, false, false
 	}
 	start := time.Now()
-	if client, up := pair(); client == nil || up == nil {
-		t.Fatalf("the stream is not in the frontend's connections (client %t, upstream %t)", client != nil, up != nil)
-	} else if keepAliveOn(client) || keepAliveOn(up) {
-		t.Fatalf("a new stream has keep-alive on already: client %t, upstream %t", keepAliveOn(client), keepAliveOn(up))
+	if client, up, found := keepAlive(); !found {
+		t.Fatal("the stream is not in the loop's")
+	} else if client || up {
+		t.Fatalf("a new stream has keep-alive on already: client %t, upstream %t", client, up)
 	}
 	waitUntil(t, "keep-alive on both connections of a stream that lives", func() bool {
-		client, up := pair()
-		return client != nil && up != nil && keepAliveOn(client) && keepAliveOn(up)
+		client, up, _ := keepAlive()
+		return client && up
 	})
 	if d := time.Since(start); d < keepAliveAfter/2 {
 		t.Errorf("keep-alive on after %s, before keepAliveAfter (%s)", d, keepAliveAfter)

@@ -36,6 +36,9 @@ type rawListener struct {
 	f      *os.File // the duplicate Accept waits on
 	rc     syscall.RawConn
 	closed atomic.Bool
+	// bare: Accept returns *bareConn, a descriptor for a stream loop,
+	// not a *sockConn in the runtime's poller.
+	bare bool
 
 	// accept's results, bound once as acceptFn so that no closure is
 	// allocated per call.
@@ -154,6 +157,9 @@ func (l *rawListener) accept(fd uintptr) bool {
 
 // newConn wraps the descriptor accepted.
 func (l *rawListener) newConn() (net.Conn, error) {
+	if l.bare {
+		return newBareConn(l.nfd, sockaddrTCP(&l.rsa), l.TCPListener.Addr()), nil
+	}
 	c, err := acceptedSock(l.nfd, sockaddrTCP(&l.rsa), l.TCPListener)
 	if err != nil {
 		return nil, err

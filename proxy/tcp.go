@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/baton-proxy/baton/internal/config"
 	"github.com/baton-proxy/baton/proxy/proxyproto"
 	"github.com/baton-proxy/baton/proxy/route"
 	"go.uber.org/zap"
@@ -30,6 +31,9 @@ type tcpFrontend struct {
 	proxyProtocol bool
 	acc           acceptor
 	streams       sync.WaitGroup // proxied streams
+	// loop relays the listener's streams, when loopServes it; else each
+	// has goroutines of its own.
+	loop *streamLoop
 	// gp runs the streams' goroutines, two a stream.
 	gp *goPool
 
@@ -42,8 +46,23 @@ func newTCPFrontend(name string, p *Proxy, b *backend) *tcpFrontend {
 	return &tcpFrontend{name: name, p: p, backend: b, conns: make(map[net.Conn]net.Conn), gp: newGoPool(maxIdleGoroutines)}
 }
 
+// loopServes says whether a streamLoop serves lc's streams: a tcp
+// listener's that neither terminates TLS (crypto/tls reads and writes a
+// net.Conn) nor reads a PROXY header.
+func loopServes(lc *config.Listener) bool {
+	return lc.Protocol == config.ProtocolTCP && (lc.TLS == nil || lc.TLS.Passthrough()) && !lc.ProxyProtocol
+}
+
 func (f *tcpFrontend) serve(lns []net.Listener) {
+	if l := f.loop; l != nil {
+		go l.run() // drain stops it, and waits
+	}
 	f.acc.start(f.p, f.name, lns, func(c net.Conn) {
+		if bc, ok := c.(*bareConn); ok && f.loop != nil {
+			f.streams.Add(1)
+			f.loop.add(bc)
+			return
+		}
 		f.mu.Lock()
 		f.conns[c] = nil
 		f.mu.Unlock()
@@ -62,29 +81,18 @@ const keepAliveAfter = time.Second
 // directions have ended. A PROXY header, when the listener wants one, is
 // read first (within http.readHeaderTimeout), then TLS is terminated.
 func (f *tcpFrontend) proxy(raw net.Conn) {
-	defer f.streams.Done()
-	defer func() {
-		raw.Close()
-		f.mu.Lock()
-		delete(f.conns, raw)
-		f.mu.Unlock()
-		f.p.stats.conns.Add(-1)
-	}()
 	// The access log's line for the stream, written when it ends: status
 	// 200 for a stream proxied, 502 when no endpoint took it, 400 when the
 	// client's PROXY header or TLS handshake failed (as nginx's stream
 	// module logs them).
 	var e *accessEntry
-	if al := f.p.access; al != nil {
+	if f.p.access != nil {
 		e = &accessEntry{start: time.Now(), listener: f.name, proto: protoTCP, status: 400, upstream: -1, generation: f.p.Generation}
 		if ta, ok := raw.RemoteAddr().(*net.TCPAddr); ok {
 			e.client = ta.AddrPort().Addr().Unmap().AppendTo(nil)
 		}
-		defer func() {
-			e.bodyOut = e.bytesOut
-			al.log(e)
-		}()
 	}
+	defer f.ended(raw, e)
 	c := newSockConn(raw)
 	if f.proxyProtocol {
 		raw.SetReadDeadline(time.Now().Add(f.p.cfg.HTTP.ReadHeaderTimeout.Std()))
@@ -140,12 +148,41 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 			e.sni = sni
 		}
 	}
-	f.p.streamTo(f.name, c, b, hello, e, f.gp.Go, func(up net.Conn) bool {
+	f.p.stats.requests.Add(1)
+	b.requests.Add(1)
+	f.p.streamTo(f.name, c, b, hello, e, f.gp.Go, f.connected(raw))
+}
+
+// ended accounts for the end of raw's stream, and logs it.
+func (f *tcpFrontend) ended(raw net.Conn, e *accessEntry) {
+	raw.Close()
+	f.mu.Lock()
+	delete(f.conns, raw)
+	f.mu.Unlock()
+	f.p.stats.conns.Add(-1)
+	if e != nil {
+		e.bodyOut = e.bytesOut
+		f.p.access.log(e)
+	}
+	f.streams.Done()
+}
+
+// connected returns streamTo's connected for raw's stream: it records
+// the upstream connection, for the drain.
+func (f *tcpFrontend) connected(raw net.Conn) func(up net.Conn) bool {
+	return func(up net.Conn) bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.conns[raw] = up
 		return !f.closing
-	})
+	}
+}
+
+// relayFrom relays c, a stream the loop handed off (counted already), to
+// b, hello first.
+func (f *tcpFrontend) relayFrom(c net.Conn, b *backend, hello []byte, e *accessEntry) {
+	defer f.ended(c, e)
+	f.p.streamTo(f.name, c, b, hello, e, f.gp.Go, f.connected(c))
 }
 
 // streamTo dials b and copies c to it and back, passing half-closes
@@ -153,10 +190,9 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 // off c already, or nil) goes first. e, when set, is the stream's access
 // log entry. connected learns the upstream connection before the copying
 // starts, and says whether to go on (a drain may be closing the
-// listener's streams).
+// listener's streams). The caller counts the stream as a request, of
+// the proxy's and of b's.
 func (p *Proxy) streamTo(listener string, c net.Conn, b *backend, hello []byte, e *accessEntry, spawn func(func()), connected func(up net.Conn) bool) {
-	p.stats.requests.Add(1)
-	b.requests.Add(1)
 	dialStart := time.Now()
 	up, ep, err := b.dialStream(context.Background())
 	if e != nil {
@@ -239,6 +275,9 @@ func (f *tcpFrontend) drain(ctx context.Context) {
 	select {
 	case <-done:
 	case <-ctx.Done():
+		if f.loop != nil {
+			f.loop.closeAll()
+		}
 		f.mu.Lock()
 		f.closing = true
 		for c, up := range f.conns {
@@ -249,6 +288,9 @@ func (f *tcpFrontend) drain(ctx context.Context) {
 		}
 		f.mu.Unlock()
 		<-done
+	}
+	if f.loop != nil {
+		f.loop.stop()
 	}
 	f.gp.close()
 }

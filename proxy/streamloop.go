@@ -1,0 +1,632 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// streamLoop relays the TCP streams of one tcp listener that neither
+// terminates TLS nor reads a PROXY header, TLS passthrough included, as
+// nginx's stream module does: from one epoll set of its own, in one
+// goroutine, with raw system calls. A connection costs no goroutine, no
+// *os.File (whose creation and close are system calls announced to the
+// scheduler, which wake the runtime's monitor) and no registration in the
+// runtime's poller; a stream holds a buffer only while bytes wait to be
+// written. Measured in docs/design.md ("TCP streams: what a connection
+// costs"): the per-connection CPU of the goroutine relay was 1.6 times
+// nginx's, this loop's is nginx's.
+//
+// The loop waits for its epoll set in the runtime's poller (an epoll
+// descriptor is readable while it has events), so it parks as any
+// goroutine does. A stream whose backend must be reached otherwise (a
+// host name to resolve, TLS to originate) is handed to the goroutine
+// relay (streamTo).
+type streamLoop struct {
+	f    *tcpFrontend
+	epfd int
+	file *os.File // epfd, as the runtime's poller waits on it
+	rc   syscall.RawConn
+
+	mu      sync.Mutex // held while the loop handles events, and to add or close streams
+	sides   map[int32]*loopSide
+	streams int  // open streams
+	closing bool // drain deadline passed: close, do not start
+	free    [][]byte
+	evs     [64]unix.EpollEvent
+	now     time.Time // of the batch being handled
+
+	done chan struct{} // closed when run returns
+}
+
+// loopSweepEvery is how often the loop looks for streams past a deadline
+// (a ClientHello or a connect that takes too long) and turns TCP
+// keep-alive on for streams past keepAliveAfter: the deadlines hold to
+// within it.
+const loopSweepEvery = 250 * time.Millisecond
+
+// loopBufSize is a relay buffer's size, taken while bytes wait to be
+// written (nginx's proxy_buffer_size for streams is 16k).
+const loopBufSize = 16 << 10
+
+// Stream states.
+const (
+	stateHello   = iota // passthrough: reading the ClientHello
+	stateConnect        // the backend's connect under way
+	stateRelay
+)
+
+type loopStream struct {
+	a, b     loopSide // client, backend
+	state    uint8
+	start    time.Time
+	deadline time.Time // of stateHello and stateConnect
+	keepOn   bool      // TCP keep-alive on
+	hello    []byte    // passthrough: what came before the route was known
+	backend  *backend
+	ep       *endpoint
+	set      *endpointSet
+	att      attempt
+	dialed   time.Time
+	entry    *accessEntry
+	remote   *net.TCPAddr
+}
+
+// loopSide is one socket of a stream, and the bytes read from it that the
+// other side has not taken yet.
+type loopSide struct {
+	fd    int
+	peer  *loopSide
+	st    *loopStream
+	buf   []byte // a relay buffer, held while pend is not empty
+	pend  []byte // read, not yet written to peer
+	moved int64
+
+	readable bool // an event said so, and no read has emptied the socket since
+	rdhup    bool // the peer sent its FIN (or the socket failed): read to the end
+	writable bool
+	eof      bool // read returned 0
+	shut     bool // the EOF was passed on: peer's writing side shut
+}
+
+func newStreamLoop(f *tcpFrontend) (*streamLoop, error) {
+	fd, file, rc, err := pollableEpoll("stream-epoll")
+	if err != nil {
+		return nil, fmt.Errorf("stream loop: %w", err)
+	}
+	return &streamLoop{f: f, epfd: fd, file: file, rc: rc, sides: make(map[int32]*loopSide), done: make(chan struct{})}, nil
+}
+
+// run handles the loop's events until stop.
+func (l *streamLoop) run() {
+	defer close(l.done)
+	for {
+		l.file.SetReadDeadline(time.Now().Add(loopSweepEvery))
+		err := l.rc.Read(l.step)
+		switch {
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			l.mu.Lock()
+			l.sweep(time.Now())
+			l.mu.Unlock()
+		default:
+			return // closed
+		}
+	}
+}
+
+// stop ends run, once no stream is left, and waits for it.
+func (l *streamLoop) stop() {
+	l.file.Close()
+	<-l.done
+}
+
+// closeAll closes every stream now: the drain's deadline passed.
+func (l *streamLoop) closeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closing = true
+	for _, s := range l.sides {
+		if s == &s.st.a {
+			l.end(s.st)
+		}
+	}
+}
+
+// step handles the events there are, under l.mu; false: none are left,
+// wait.
+func (l *streamLoop) step(uintptr) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&l.evs[0])), uintptr(len(l.evs)), 0, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 || r == 0 {
+			return false
+		}
+		l.now = time.Now()
+		for _, ev := range l.evs[:r] {
+			s := l.sides[ev.Fd]
+			if s == nil {
+				continue // its stream ended with an earlier event of this batch
+			}
+			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				s.readable = true
+				s.rdhup = s.rdhup || ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
+			}
+			if ev.Events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				s.writable = true
+			}
+			l.progress(s.st)
+		}
+	}
+}
+
+// add takes over c, a connection its listener accepted, and starts its
+// stream: routed now, or, with passthrough, once its ClientHello has come.
+func (l *streamLoop) add(c *bareConn) {
+	f := l.f
+	st := &loopStream{start: time.Now(), remote: c.remote}
+	st.a = loopSide{fd: c.take(), st: st, writable: true}
+	st.b = loopSide{fd: -1, st: st}
+	st.a.peer, st.b.peer = &st.b, &st.a
+	if al := f.p.access; al != nil {
+		e := &accessEntry{start: st.start, listener: f.name, proto: protoTCP, status: 400, upstream: -1, generation: f.p.Generation}
+		e.client = c.remote.AddrPort().Addr().Unmap().AppendTo(nil)
+		st.entry = e
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.streams++
+	if l.closing {
+		l.end(st)
+		return
+	}
+	if !l.watch(&st.a) {
+		l.end(st)
+		return
+	}
+	if f.passthrough {
+		st.state, st.deadline = stateHello, st.start.Add(f.p.cfg.HTTP.ReadHeaderTimeout.Std())
+		return // the first event brings the hello
+	}
+	b := f.backend
+	if b == nil {
+		b, _ = f.p.pickStream(f.name, "")
+	}
+	l.connectTo(st, b)
+}
+
+// watch adds s's socket to the epoll set, edge-triggered.
+func (l *streamLoop) watch(s *loopSide) bool {
+	l.sides[int32(s.fd)] = s
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(s.fd)}
+	_, _, e := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(l.epfd), unix.EPOLL_CTL_ADD, uintptr(s.fd), uintptr(unsafe.Pointer(&ev)), 0, 0)
+	return e == 0
+}
+
+// progress moves st on as far as it goes now, and ends it once both
+// directions have ended or one failed.
+func (l *streamLoop) progress(st *loopStream) {
+	switch st.state {
+	case stateHello:
+		l.readHello(st)
+		return
+	case stateConnect:
+		if !st.b.writable {
+			return
+		}
+		l.connected(st)
+		if st.state != stateRelay {
+			return
+		}
+	}
+	okA, okB := l.relay(&st.a), l.relay(&st.b)
+	if !okA || !okB || st.a.shut && st.b.shut {
+		l.end(st)
+	}
+}
+
+// readHello reads what came of the ClientHello, and once it is whole
+// routes the stream by its server name.
+func (l *streamLoop) readHello(st *loopStream) {
+	a := &st.a
+	for a.readable {
+		buf := l.get()
+		n, e := rawRead(a.fd, buf)
+		switch {
+		case e == unix.EAGAIN:
+			a.readable = false
+		case e != 0:
+			l.put(buf)
+			l.end(st)
+			return
+		case n == 0:
+			a.readable, a.eof = false, true
+		default:
+			st.hello = append(st.hello, buf[:n]...)
+			a.readable = n == len(buf) || a.rdhup
+		}
+		l.put(buf)
+	}
+	_, sni, err := readClientHello(bytes.NewReader(st.hello), maxClientHello)
+	if err != nil && !a.eof && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+		return // not whole yet
+	}
+	if err != nil {
+		l.f.p.log.Debug("tls passthrough: no ClientHello", zap.String("listener", l.f.name), zap.Stringer("client", st.remote), zap.Error(err))
+		l.end(st)
+		return
+	}
+	if st.entry != nil {
+		st.entry.sni = sni
+	}
+	b, _ := l.f.p.pickStream(l.f.name, sni)
+	if b == nil {
+		l.end(st) // closed with nothing sent, as the Gateway API asks of a name no route takes
+		return
+	}
+	// What came, the hello and anything after it, goes first.
+	st.a.pend = st.hello
+	l.connectTo(st, b)
+}
+
+// connectTo starts the stream's connect to b.
+func (l *streamLoop) connectTo(st *loopStream, b *backend) {
+	if b == nil {
+		l.end(st)
+		return
+	}
+	p := l.f.p
+	p.stats.requests.Add(1)
+	b.requests.Add(1)
+	st.backend, st.set, st.dialed = b, b.set.Load(), time.Now()
+	if st.entry != nil {
+		st.entry.backend, st.entry.status = b.name, 502
+	}
+	l.dialNext(st)
+}
+
+// dialNext connects to the next endpoint of the stream's backend to try,
+// or fails the stream when none is left.
+func (l *streamLoop) dialNext(st *loopStream) {
+	b := st.backend
+	ep := b.pick(st.set, &st.att)
+	if ep == nil {
+		l.failed(st)
+		return
+	}
+	st.att.tried(ep)
+	st.ep = ep
+	ap, err := netip.ParseAddrPort(ep.addr)
+	if err != nil || ep.tlsConf != nil {
+		l.handOff(st)
+		return
+	}
+	fd, e := rawDial(ap)
+	if e != 0 && e != unix.EINPROGRESS {
+		l.connectFailed(st, os.NewSyscallError("connect", e))
+		return
+	}
+	st.b = loopSide{fd: fd, st: st, peer: &st.a, writable: e == 0}
+	st.state, st.deadline = stateConnect, time.Now().Add(b.dialer.Timeout)
+	if b.dialer.Timeout <= 0 {
+		st.deadline = time.Time{}
+	}
+	if !l.watch(&st.b) {
+		l.connectFailed(st, errors.New("epoll_ctl"))
+		return
+	}
+	if e == 0 {
+		l.connected(st)
+	}
+}
+
+// connected learns how the connect under way went (its socket is
+// writable): made, the stream relays; failed, the next endpoint is tried.
+func (l *streamLoop) connected(st *loopStream) {
+	var soErr int32
+	size := uint32(4)
+	_, _, e := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(st.b.fd), unix.SOL_SOCKET, unix.SO_ERROR, uintptr(unsafe.Pointer(&soErr)), uintptr(unsafe.Pointer(&size)), 0)
+	if e == 0 && soErr != 0 {
+		e = syscall.Errno(soErr)
+	}
+	if e != 0 {
+		l.connectFailed(st, os.NewSyscallError("connect", e))
+		return
+	}
+	b := st.backend
+	b.connectTime.Observe(time.Since(st.dialed))
+	st.ep.connected()
+	st.state, st.deadline = stateRelay, time.Time{}
+	if e := st.entry; e != nil {
+		e.upstream, e.endpoint, e.status = time.Since(st.dialed), st.ep.addr, 200
+	}
+}
+
+// connectFailed counts a failed connect and tries the next endpoint.
+func (l *streamLoop) connectFailed(st *loopStream, err error) {
+	st.ep.connectFailed()
+	st.backend.connectFailures.Add(1)
+	l.f.p.log.Debug("tcp upstream", zap.String("listener", l.f.name), zap.String("endpoint", st.ep.addr), zap.Error(err))
+	l.unwatch(&st.b)
+	l.dialNext(st)
+}
+
+// failed ends a stream no endpoint took.
+func (l *streamLoop) failed(st *loopStream) {
+	p := l.f.p
+	p.stats.errors.Add(1)
+	p.stats.failures.Add(1)
+	st.backend.errors.Add(1)
+	if e := st.entry; e != nil {
+		e.upstream = time.Since(st.dialed)
+	}
+	l.end(st)
+}
+
+// handOff gives the stream to the goroutine relay, for a backend the
+// loop does not reach itself (a host name, or TLS to originate).
+func (l *streamLoop) handOff(st *loopStream) {
+	f := l.f
+	p := f.p
+	fd := st.a.fd
+	unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(l.epfd), unix.EPOLL_CTL_DEL, uintptr(fd), 0, 0, 0)
+	delete(l.sides, int32(fd))
+	st.a.fd = -1
+	l.unwatch(&st.b)
+	l.streams--
+	c, err := acceptedSock(fd, st.remote, nil)
+	if err != nil {
+		unix.Close(fd)
+		l.f.streams.Done()
+		p.stats.conns.Add(-1)
+		return
+	}
+	f.mu.Lock()
+	f.conns[c] = nil
+	f.mu.Unlock()
+	f.gp.Go(func() { f.relayFrom(c, st.backend, st.hello, st.entry) })
+}
+
+// unwatch closes s's socket, if open (which takes it out of the epoll
+// set).
+func (l *streamLoop) unwatch(s *loopSide) {
+	if s.fd < 0 {
+		return
+	}
+	delete(l.sides, int32(s.fd))
+	unix.RawSyscall(unix.SYS_CLOSE, uintptr(s.fd), 0, 0)
+	s.fd = -1
+	if s.buf != nil {
+		l.put(s.buf)
+		s.buf, s.pend = nil, nil
+	}
+}
+
+// end closes both sockets of st and accounts for it.
+func (l *streamLoop) end(st *loopStream) {
+	if st.a.fd < 0 && st.b.fd < 0 {
+		return
+	}
+	in, out := st.a.moved, st.b.moved
+	l.unwatch(&st.a)
+	l.unwatch(&st.b)
+	l.streams--
+	p := l.f.p
+	p.stats.conns.Add(-1)
+	if e := st.entry; e != nil {
+		e.bytesIn, e.bytesOut, e.bodyOut = in, out, out
+		p.access.log(e)
+	}
+	l.f.streams.Done()
+}
+
+// relay moves what src reads to its peer; false: the stream failed.
+func (l *streamLoop) relay(src *loopSide) bool {
+	dst := src.peer
+	for {
+		if len(src.pend) > 0 {
+			if !dst.writable {
+				return true
+			}
+			n, e := rawWrite(dst.fd, src.pend)
+			switch e {
+			case 0:
+				src.pend = src.pend[n:]
+				src.moved += int64(n)
+				if len(src.pend) == 0 && src.buf != nil {
+					l.put(src.buf)
+					src.buf, src.pend = nil, nil
+				}
+				continue
+			case unix.EAGAIN:
+				dst.writable = false
+				return true
+			}
+			return false
+		}
+		if src.eof {
+			if !src.shut {
+				unix.RawSyscall(unix.SYS_SHUTDOWN, uintptr(dst.fd), unix.SHUT_WR, 0)
+				src.shut = true
+			}
+			return true
+		}
+		if !src.readable {
+			return true
+		}
+		if src.buf == nil {
+			src.buf = l.get()
+		}
+		n, e := rawRead(src.fd, src.buf)
+		switch {
+		case e == unix.EAGAIN:
+			src.readable = false
+			l.put(src.buf)
+			src.buf = nil
+			return true
+		case e != 0:
+			return false
+		case n == 0:
+			src.eof = true
+			l.put(src.buf)
+			src.buf = nil
+		default:
+			src.pend = src.buf[:n]
+			// A short read emptied the socket: the next bytes bring an
+			// event (edge-triggered), unless the peer's FIN came
+			// already, whose event was the last.
+			src.readable = n == len(src.buf) || src.rdhup
+		}
+	}
+}
+
+// sweep ends the streams past their deadline (a ClientHello or connect
+// that took too long: the connect moves on to the next endpoint), and
+// turns TCP keep-alive on for streams that have lived keepAliveAfter.
+func (l *streamLoop) sweep(now time.Time) {
+	for _, s := range l.sides {
+		st := s.st
+		if s != &st.a {
+			continue
+		}
+		switch {
+		case !st.deadline.IsZero() && now.After(st.deadline):
+			if st.state == stateConnect {
+				l.connectFailed(st, os.ErrDeadlineExceeded)
+			} else {
+				l.end(st)
+			}
+		case st.state == stateRelay && !st.keepOn && now.Sub(st.start) >= keepAliveAfter:
+			st.keepOn = true
+			setKeepAlive(uintptr(st.a.fd))
+			setKeepAlive(uintptr(st.b.fd))
+		}
+	}
+}
+
+func (l *streamLoop) get() []byte {
+	if n := len(l.free); n > 0 {
+		b := l.free[n-1]
+		l.free = l.free[:n-1]
+		return b
+	}
+	return make([]byte, loopBufSize)
+}
+
+// put keeps b for the next stream; a few are kept, as many as the loop's
+// streams hold at once at most.
+func (l *streamLoop) put(b []byte) {
+	if len(l.free) < 64 {
+		l.free = append(l.free, b[:loopBufSize])
+	}
+}
+
+// rawRead reads once from the non-blocking socket fd.
+func rawRead(fd int, p []byte) (int, syscall.Errno) {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		if e != unix.EINTR {
+			return int(n), e
+		}
+	}
+}
+
+// rawWrite writes once to the non-blocking socket fd.
+func rawWrite(fd int, p []byte) (int, syscall.Errno) {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		if e != unix.EINTR {
+			return int(n), e
+		}
+	}
+}
+
+// rawDial opens a non-blocking socket and starts its connect to ap, with
+// raw system calls; TCP_NODELAY is set, as nginx's stream module does.
+func rawDial(ap netip.AddrPort) (int, syscall.Errno) {
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	var rsa unix.RawSockaddrAny
+	var size uintptr
+	family := unix.AF_INET
+	if ap.Addr().Is4() {
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&rsa))
+		sa.Family, sa.Addr, size = unix.AF_INET, ap.Addr().As4(), unix.SizeofSockaddrInet4
+		putPort(&sa.Port, ap.Port())
+	} else {
+		family = unix.AF_INET6
+		sa := (*unix.RawSockaddrInet6)(unsafe.Pointer(&rsa))
+		sa.Family, sa.Addr, size = unix.AF_INET6, ap.Addr().As16(), unix.SizeofSockaddrInet6
+		putPort(&sa.Port, ap.Port())
+	}
+	r, _, e := unix.RawSyscall(unix.SYS_SOCKET, uintptr(family), unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if e != 0 {
+		return -1, e
+	}
+	fd := int(r)
+	setNoDelay(uintptr(fd))
+	_, _, e = unix.RawSyscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&rsa)), size)
+	if e != 0 && e != unix.EINPROGRESS {
+		unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
+		return -1, e
+	}
+	return fd, e
+}
+
+// putPort stores port in a sockaddr's port field, in network byte order.
+func putPort(field *uint16, port uint16) {
+	b := (*[2]byte)(unsafe.Pointer(field))
+	b[0], b[1] = byte(port>>8), byte(port)
+}
+
+// bareConn is a connection a rawListener took for a stream loop: its
+// descriptor, not in the runtime's poller. It is a net.Conn only to pass
+// through the accept path (counted, refused over the limit: Close); the
+// loop takes its descriptor.
+type bareConn struct {
+	fd     atomic.Int64 // -1 once taken or closed
+	remote *net.TCPAddr
+	local  net.Addr
+}
+
+var errBareConn = errors.New("bareConn: not readable or writable: a stream loop's")
+
+func newBareConn(fd int, remote *net.TCPAddr, local net.Addr) *bareConn {
+	c := &bareConn{remote: remote, local: local}
+	c.fd.Store(int64(fd))
+	return c
+}
+
+// take returns the descriptor, the caller's to close from then on.
+func (c *bareConn) take() int { return int(c.fd.Swap(-1)) }
+
+func (c *bareConn) Read([]byte) (int, error)  { return 0, errBareConn }
+func (c *bareConn) Write([]byte) (int, error) { return 0, errBareConn }
+
+// Close closes the descriptor unless it was taken.
+func (c *bareConn) Close() error {
+	if fd := c.take(); fd >= 0 {
+		unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
+	}
+	return nil
+}
+func (c *bareConn) LocalAddr() net.Addr              { return c.local }
+func (c *bareConn) RemoteAddr() net.Addr             { return c.remote }
+func (c *bareConn) SetDeadline(time.Time) error      { return nil }
+func (c *bareConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *bareConn) SetWriteDeadline(time.Time) error { return nil }

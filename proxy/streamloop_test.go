@@ -1,0 +1,229 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// echoServer serves TCP echo (until the client's EOF, then EOF back) and
+// returns its address.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveConns(t, ln, func(c net.Conn) {
+		io.Copy(c, c)
+		c.(*net.TCPConn).CloseWrite()
+	})
+}
+
+// refusedAddr returns a loopback address nothing listens on: a connect
+// to it is refused.
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func tcpConfig(backends ...string) string {
+	return fmt.Sprintf(`
+controlSocket: /tmp/unused.sock
+listeners:
+  - name: echo
+    address: @TCP@
+    protocol: tcp
+backends:
+  - name: echo
+    static: [%s]
+routes:
+  - listener: echo
+    backend: echo
+`, `"`+strings.Join(backends, `", "`)+`"`)
+}
+
+// echoes sends msg through a stream to tcp and reads it back to the
+// stream's end.
+func echoes(t *testing.T, tcp string, msg []byte) ([]byte, error) {
+	t.Helper()
+	c, err := net.Dial("tcp", tcp)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Write(msg)
+		c.(*net.TCPConn).CloseWrite()
+		errc <- err
+	}()
+	got, err := io.ReadAll(c)
+	if werr := <-errc; err == nil {
+		err = werr
+	}
+	return got, err
+}
+
+// Megabytes both ways at once through one stream arrive whole and in
+// order: the loop holds what a full socket does not take (EAGAIN) and
+// stops reading that side until it drains, in both directions.
+func TestStreamLoopRelaysBothWaysUnderBackpressure(t *testing.T) {
+	p, _, tcp := startProxy(t, tcpConfig(echoServer(t)))
+	if p.tcps[0].loop == nil {
+		t.Fatal("a plain tcp listener without a stream loop")
+	}
+	msg := make([]byte, 8<<20)
+	for i := range msg {
+		msg[i] = byte(rand.Uint32())
+	}
+	got, err := echoes(t, tcp, msg)
+	if err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("8 MiB echoed through the loop: %d bytes back (equal %t), %v", len(got), bytes.Equal(got, msg), err)
+	}
+}
+
+// A connect that fails moves on to the backend's next endpoint, as
+// nginx's stream module does (proxy_next_upstream, on by default,
+// https://nginx.org/en/docs/stream/ngx_stream_proxy_module.html#proxy_next_upstream);
+// the failure is counted. When no endpoint takes the stream the client's
+// connection is closed with nothing sent, counted as a failure.
+func TestStreamLoopNextEndpoint(t *testing.T) {
+	refused, echo := refusedAddr(t), echoServer(t)
+	p, _, tcp := startProxy(t, tcpConfig(refused, echo))
+	for i := range 20 {
+		msg := []byte(fmt.Sprintf("stream %d", i))
+		if got, err := echoes(t, tcp, msg); err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("stream %d: %q, %v", i, got, err)
+		}
+	}
+	if n := p.backends["echo"].connectFailures.Load(); n == 0 {
+		t.Error("no connect failure counted, with one endpoint refusing")
+	}
+
+	p, _, tcp = startProxy(t, tcpConfig(refused))
+	got, err := echoes(t, tcp, []byte("hello"))
+	if len(got) != 0 {
+		t.Errorf("no endpoint: the client got %q (%v), want its connection closed", got, err)
+	}
+	waitUntil(t, "the failed stream counted", func() bool { return p.stats.failures.Load() == 1 && p.stats.conns.Load() == 0 })
+}
+
+// A backend the loop cannot reach itself (a host name to resolve) gets
+// its streams through the goroutine relay, whole.
+func TestStreamLoopHandsOffHostNames(t *testing.T) {
+	echo := echoServer(t)
+	_, port, _ := net.SplitHostPort(echo)
+	p, _, tcp := startProxy(t, tcpConfig("localhost:"+port))
+	msg := []byte(strings.Repeat("by name ", 5000))
+	if got, err := echoes(t, tcp, msg); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("echo by host name: %d bytes, %v", len(got), err)
+	}
+	waitUntil(t, "the stream's end counted", func() bool { return p.stats.conns.Load() == 0 })
+}
+
+// The drain lets streams finish; at its deadline it closes those left,
+// and returns (the handoff's drainTimeout).
+func TestStreamLoopDrainClosesAtDeadline(t *testing.T) {
+	p, _, tcp := startProxy(t, tcpConfig(echoServer(t)))
+	c, err := net.Dial("tcp", tcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "hi"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 2)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		p.Drain(ctx, false)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Drain did not return after its deadline")
+	}
+	if ctx.Err() == nil {
+		t.Error("Drain returned before its deadline with a stream open")
+	}
+	if n, err := c.Read(make([]byte, 1)); err == nil {
+		t.Errorf("the stream after the drain's deadline: read %d bytes, want it closed", n)
+	}
+}
+
+// A passthrough connection whose ClientHello comes in pieces is routed
+// once it is whole: a handshake message may span records (RFC 8446
+// §5.1), and TCP may split records anywhere. One that sends nothing is
+// closed at http.readHeaderTimeout (slowloris).
+func TestStreamLoopHelloInPiecesAndTimeout(t *testing.T) {
+	// The hello in records of 100 bytes, sent a few bytes at a time.
+	hello := reframe(clientHello(t, &tls.Config{ServerName: "a.example", InsecureSkipVerify: true}), 100)
+	backend := tlsEcho(t, "a.example")
+	p, _, tcp := startProxy(t, fmt.Sprintf(`
+controlSocket: /tmp/unused.sock
+http: {readHeaderTimeout: 500ms}
+listeners:
+  - name: echo
+    address: @TCP@
+    protocol: tcp
+    tls: {mode: passthrough}
+backends:
+  - {name: a, static: [%q]}
+routes:
+  - {listener: echo, host: a.example, backend: a}
+`, backend))
+	if p.tcps[0].loop == nil {
+		t.Fatal("a passthrough listener without a stream loop")
+	}
+	c, err := net.Dial("tcp", tcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetNoDelay(true)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	for _, piece := range [][]byte{hello[:1], hello[1:5], hello[5:40], hello[40:]} {
+		if _, err := c.Write(piece); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // a segment of its own; the loop has read it before the next
+	}
+	rec := make([]byte, 5)
+	if _, err := io.ReadFull(c, rec); err != nil || rec[0] != 22 {
+		t.Fatalf("the backend's answer to a hello in pieces: % x, %v (want a handshake record)", rec, err)
+	}
+
+	silent, err := net.Dial("tcp", tcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	start := time.Now()
+	silent.SetDeadline(start.Add(10 * time.Second))
+	if n, err := silent.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("a silent connection got %d bytes", n)
+	} else if d := time.Since(start); d < 400*time.Millisecond {
+		t.Errorf("a silent connection closed after %s, before readHeaderTimeout (500ms): %v", d, err)
+	}
+}
