@@ -178,6 +178,18 @@ func FuzzClientHello(f *testing.F) {
 		if stdName, ok := stdServerName(in); ok && (err != nil || name != stdName) {
 			t.Fatalf("crypto/tls reads server name %q; readClientHello %q, %v", stdName, name, err)
 		}
+		// The stream loop's helloScan, fed what has come so far, says
+		// "whole" once as much has come as readClientHello reads before
+		// it stops waiting for more (it reads in order, so any less
+		// would leave it waiting), never before.
+		read := len(raw)
+		waiting := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+		var h helloScan
+		for i := 0; i <= read; i++ {
+			if whole, want := h.whole(in[:i]), i == read && !waiting; whole != want {
+				t.Fatalf("after %d bytes (readClientHello stops after %d: %v): helloScan says whole %t", i, read, err, whole)
+			}
+		}
 	})
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -46,7 +45,9 @@ type streamLoop struct {
 	closing bool // drain deadline passed: close, do not start
 	free    [][]byte
 	evs     [64]unix.EpollEvent
-	now     time.Time // of the batch being handled
+	// again holds the streams that used their turn with more to move,
+	// to be moved on after the events at hand; spare is its other half.
+	again, spare []*loopStream
 
 	done chan struct{} // closed when run returns
 }
@@ -61,6 +62,11 @@ const loopSweepEvery = 250 * time.Millisecond
 // written (nginx's proxy_buffer_size for streams is 16k).
 const loopBufSize = 16 << 10
 
+// loopTurn is what one direction of a stream moves before the loop turns
+// to the other streams: a stream whose two ends keep up with each other
+// would otherwise keep the loop, and its other streams wait.
+const loopTurn = 4 * loopBufSize
+
 // Stream states.
 const (
 	stateHello   = iota // passthrough: reading the ClientHello
@@ -74,7 +80,10 @@ type loopStream struct {
 	start    time.Time
 	deadline time.Time // of stateHello and stateConnect
 	keepOn   bool      // TCP keep-alive on
+	queued   bool      // in the loop's again
+	ended    bool
 	hello    []byte    // passthrough: what came before the route was known
+	scan     helloScan // how far hello is whole
 	backend  *backend
 	ep       *endpoint
 	set      *endpointSet
@@ -155,10 +164,12 @@ func (l *streamLoop) step(uintptr) bool {
 		if e == unix.EINTR {
 			continue
 		}
-		if e != 0 || r == 0 {
+		if e != 0 {
+			r = 0
+		}
+		if r == 0 && len(l.again) == 0 {
 			return false
 		}
-		l.now = time.Now()
 		for _, ev := range l.evs[:r] {
 			s := l.sides[ev.Fd]
 			if s == nil {
@@ -173,6 +184,15 @@ func (l *streamLoop) step(uintptr) bool {
 			}
 			l.progress(s.st)
 		}
+		q := l.again
+		l.again = l.spare[:0]
+		for _, st := range q {
+			st.queued = false
+			if !st.ended {
+				l.progress(st)
+			}
+		}
+		l.spare = q[:0]
 	}
 }
 
@@ -263,10 +283,10 @@ func (l *streamLoop) readHello(st *loopStream) {
 		}
 		l.put(buf)
 	}
-	_, sni, err := readClientHello(bytes.NewReader(st.hello), maxClientHello)
-	if err != nil && !a.eof && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+	if !a.eof && !st.scan.whole(st.hello) {
 		return // not whole yet
 	}
+	_, sni, err := readClientHello(bytes.NewReader(st.hello), maxClientHello)
 	if err != nil {
 		l.f.p.log.Debug("tls passthrough: no ClientHello", zap.String("listener", l.f.name), zap.Stringer("client", st.remote), zap.Error(err))
 		l.end(st)
@@ -387,7 +407,7 @@ func (l *streamLoop) handOff(st *loopStream) {
 	fd := st.a.fd
 	unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(l.epfd), unix.EPOLL_CTL_DEL, uintptr(fd), 0, 0, 0)
 	delete(l.sides, int32(fd))
-	st.a.fd = -1
+	st.a.fd, st.ended = -1, true
 	l.unwatch(&st.b)
 	l.streams--
 	c, err := acceptedSock(fd, st.remote, nil)
@@ -420,9 +440,10 @@ func (l *streamLoop) unwatch(s *loopSide) {
 
 // end closes both sockets of st and accounts for it.
 func (l *streamLoop) end(st *loopStream) {
-	if st.a.fd < 0 && st.b.fd < 0 {
+	if st.ended {
 		return
 	}
+	st.ended = true
 	in, out := st.a.moved, st.b.moved
 	l.unwatch(&st.a)
 	l.unwatch(&st.b)
@@ -439,6 +460,7 @@ func (l *streamLoop) end(st *loopStream) {
 // relay moves what src reads to its peer; false: the stream failed.
 func (l *streamLoop) relay(src *loopSide) bool {
 	dst := src.peer
+	turn := 0
 	for {
 		if len(src.pend) > 0 {
 			if !dst.writable {
@@ -461,13 +483,22 @@ func (l *streamLoop) relay(src *loopSide) bool {
 			return false
 		}
 		if src.eof {
-			if !src.shut {
+			if !src.shut && !dst.shut {
+				// The peer's FIN, passed on. Once the other direction
+				// has ended too the stream's close sends it.
 				unix.RawSyscall(unix.SYS_SHUTDOWN, uintptr(dst.fd), unix.SHUT_WR, 0)
-				src.shut = true
 			}
+			src.shut = true
 			return true
 		}
 		if !src.readable {
+			return true
+		}
+		if turn >= loopTurn {
+			if st := src.st; !st.queued {
+				st.queued = true
+				l.again = append(l.again, st)
+			}
 			return true
 		}
 		if src.buf == nil {
@@ -488,6 +519,7 @@ func (l *streamLoop) relay(src *loopSide) bool {
 			src.buf = nil
 		default:
 			src.pend = src.buf[:n]
+			turn += n
 			// A short read emptied the socket: the next bytes bring an
 			// event (edge-triggered), unless the peer's FIN came
 			// already, whose event was the last.
@@ -630,3 +662,41 @@ func (c *bareConn) RemoteAddr() net.Addr             { return c.remote }
 func (c *bareConn) SetDeadline(time.Time) error      { return nil }
 func (c *bareConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *bareConn) SetWriteDeadline(time.Time) error { return nil }
+
+// helloScan follows a ClientHello's records as they arrive, so that the
+// hello is parsed once, when whole: parsing what has come at every piece
+// would cost the square of its size, for a client sending it a few bytes
+// at a time.
+type helloScan struct {
+	off  int     // where the first record not yet whole starts
+	hs   int     // handshake bytes in the whole records
+	head [4]byte // the handshake message's type and length
+}
+
+// whole reports whether buf, what has come so far, holds the whole
+// ClientHello, or holds what readClientHello refuses: either way, time
+// to parse it.
+func (h *helloScan) whole(buf []byte) bool {
+	for len(buf)-h.off >= 5 {
+		hdr := buf[h.off : h.off+5]
+		n := int(hdr[3])<<8 | int(hdr[4])
+		if hdr[0] != 22 || hdr[1] >= 0x10 || n == 0 || n > maxRecord || h.off+5+n > maxClientHello {
+			return true // not a hello's record: the parser says why
+		}
+		if len(buf) < h.off+5+n {
+			return false
+		}
+		if h.hs < len(h.head) {
+			copy(h.head[h.hs:], buf[h.off+5:h.off+5+n])
+		}
+		h.hs += n
+		h.off += 5 + n
+		if h.hs >= len(h.head) {
+			body := int(h.head[1])<<16 | int(h.head[2])<<8 | int(h.head[3])
+			if h.head[0] != 1 || body > maxHandshake || h.hs >= 4+body {
+				return true
+			}
+		}
+	}
+	return false
+}
