@@ -5,7 +5,8 @@
 //	loadgen -http 127.0.0.1:8080 -keepalive 32 -duration 10s
 //
 // With -idle N it holds N idle connections instead (one request each,
-// HTTP/2 over TLS with -idle-h2), prints "ready" once they are open, and
+// HTTP/2 over TLS with -idle-h2; with -tcp instead of -http, TCP streams
+// that echo once), prints "ready" once they are open, and
 // closes them when its standard input ends: a process holds as many as its
 // descriptor limit allows, so make bench spreads 30,000 over several.
 package main
@@ -17,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -45,12 +47,18 @@ func main() {
 	resume := flag.Bool("tls-resume", false, "with -tls: keep sessions, so that new connections resume")
 	sni := flag.String("sni", "bench.example", "with -tls: the server name sent")
 	flag.IntVar(&cfg.H2, "h2", 0, "HTTP/2 GET clients, over -tls, as streams of one connection")
-	idle := flag.Int("idle", 0, "hold this many idle connections to -http (one GET each) until standard input ends")
+	idle := flag.Int("idle", 0, "hold this many idle connections to -http (one GET each), or to -tcp (one echo each), until standard input ends")
 	idleH2 := flag.Bool("idle-h2", false, "with -idle: HTTP/2 over TLS connections")
 	idleFrom := flag.String("idle-from", "", "with -idle: the source address (another loopback address: one has some 28,000 ports for one destination)")
 	flag.Parse()
 	if *idle > 0 {
-		conns, err := idleconns.Open(cfg.HTTPAddr, *idleFrom, *idle, *idleH2, cfg.Timeout)
+		var conns []net.Conn
+		var err error
+		if cfg.HTTPAddr == "" && cfg.TCPAddr != "" {
+			conns, err = idleconns.OpenEcho(cfg.TCPAddr, *idleFrom, *idle, cfg.Timeout)
+		} else {
+			conns, err = idleconns.Open(cfg.HTTPAddr, *idleFrom, *idle, *idleH2, cfg.Timeout)
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "loadgen:", err)
 			os.Exit(1)

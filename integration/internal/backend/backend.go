@@ -313,7 +313,11 @@ func (s *Server) acceptTCP(ln net.Listener) {
 				s.mu.Unlock()
 				c.Close()
 			}()
-			io.Copy(c, c)
+			// Read and write, not splice: io.Copy between TCP
+			// connections splices through a pipe pair of its own (three
+			// descriptors a stream, and the pipes linger in a pool), which
+			// ran the backend out of descriptors at 6,666 streams.
+			io.Copy(struct{ io.Writer }{c}, struct{ io.Reader }{c})
 			if tc, ok := c.(*net.TCPConn); ok {
 				tc.CloseWrite()
 			}

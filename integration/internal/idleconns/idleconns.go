@@ -24,6 +24,35 @@ import (
 // only some 28,000 ports for one destination). On an error it closes what
 // it opened.
 func Open(addr, from string, n int, h2 bool, timeout time.Duration) ([]net.Conn, error) {
+	return openN(from, n, timeout, func(d *net.Dialer) (net.Conn, error) { return open(d, addr, h2, timeout) })
+}
+
+// OpenEcho opens n TCP streams to addr, a proxy of an echo server, each
+// of which sends two bytes and reads them back within timeout, then
+// waits: idle TCP streams (a database's or a message broker's client
+// connections).
+func OpenEcho(addr, from string, n int, timeout time.Duration) ([]net.Conn, error) {
+	return openN(from, n, timeout, func(d *net.Dialer) (net.Conn, error) {
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		c.SetDeadline(time.Now().Add(timeout))
+		b := []byte("hi")
+		if _, err = c.Write(b); err == nil {
+			_, err = io.ReadFull(c, b)
+		}
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("echo: %w", err)
+		}
+		c.SetDeadline(time.Time{})
+		return c, nil
+	})
+}
+
+// openN opens n connections with open, from the address from when set.
+func openN(from string, n int, timeout time.Duration, open func(*net.Dialer) (net.Conn, error)) ([]net.Conn, error) {
 	d := &net.Dialer{Timeout: timeout}
 	if from != "" {
 		ip := net.ParseIP(from)
@@ -34,7 +63,7 @@ func Open(addr, from string, n int, h2 bool, timeout time.Duration) ([]net.Conn,
 	}
 	conns := make([]net.Conn, 0, n)
 	for range n {
-		c, err := open(d, addr, h2, timeout)
+		c, err := open(d)
 		if err != nil {
 			Close(conns)
 			return nil, fmt.Errorf("connection %d of %d: %w", len(conns)+1, n, err)
