@@ -193,6 +193,14 @@ func (l *streamLoop) step(uintptr) bool {
 			}
 		}
 		l.spare = q[:0]
+		if int(r) < len(l.evs) && len(l.again) == 0 {
+			// Every event there was is handled. Another wait would most
+			// likely find none; one that came meanwhile has made the
+			// epoll descriptor ready again in the runtime's poller
+			// (edge-triggered: a new event, a new edge), so the wait
+			// this returns to ends at once.
+			return false
+		}
 	}
 }
 
