@@ -273,7 +273,9 @@ func (l *streamLoop) progress(st *loopStream) {
 // routes the stream by its server name.
 func (l *streamLoop) readHello(st *loopStream) {
 	a := &st.a
-	for a.readable {
+	// What is read is bounded: past maxClientHello the parser refuses it
+	// (a client's hello is read whole before it is looked at).
+	for a.readable && len(st.hello) < maxClientHello {
 		buf := l.get()
 		n, e := rawRead(a.fd, buf)
 		switch {
@@ -291,7 +293,7 @@ func (l *streamLoop) readHello(st *loopStream) {
 		}
 		l.put(buf)
 	}
-	if !a.eof && !st.scan.whole(st.hello) {
+	if !a.eof && len(st.hello) < maxClientHello && !st.scan.whole(st.hello) {
 		return // not whole yet
 	}
 	_, sni, err := readClientHello(bytes.NewReader(st.hello), maxClientHello)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
@@ -289,5 +290,46 @@ func TestHelloScanFindsTheEnd(t *testing.T) {
 	var other helloScan
 	if !other.whole([]byte("GET / HTTP/1.1\r\n")) {
 		t.Error("an HTTP request is not sent on to the parser")
+	}
+}
+
+// What a passthrough client sends before its ClientHello is whole is
+// read up to the hello's bound (maxClientHello, and one buffer), never
+// all the socket holds: a client streaming records that never make a
+// hello costs a bounded buffer, then its connection.
+func TestStreamLoopHelloIsBounded(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[1])
+	// Handshake records of one byte each: their handshake message never
+	// ends within the bound.
+	rec := []byte{22, 3, 1, 0, 1, 1}
+	junk := bytes.Repeat(rec, 64<<10)
+	queued := 0
+	for queued < len(junk) {
+		n, err := unix.Write(fds[1], junk[queued:])
+		if err != nil {
+			break // the socket is full
+		}
+		queued += n
+	}
+	if queued < maxClientHello+2*loopBufSize {
+		t.Fatalf("the socket pair holds %d bytes, too few to show the bound", queued)
+	}
+	f := &tcpFrontend{p: &Proxy{log: zap.NewNop()}, name: "pass", passthrough: true}
+	f.streams.Add(1)
+	l := &streamLoop{f: f, sides: make(map[int32]*loopSide)}
+	st := &loopStream{state: stateHello}
+	st.a = loopSide{fd: fds[0], st: st, readable: true, writable: true}
+	st.b = loopSide{fd: -1, st: st}
+	st.a.peer, st.b.peer = &st.b, &st.a
+	l.readHello(st)
+	if len(st.hello) > maxClientHello+loopBufSize {
+		t.Errorf("read %d bytes of a hello that never ends (%d queued), past its bound %d", len(st.hello), queued, maxClientHello+loopBufSize)
+	}
+	if !st.ended {
+		t.Error("a hello past its bound did not end the stream")
 	}
 }
