@@ -41,7 +41,6 @@ type streamLoop struct {
 
 	mu      sync.Mutex // held while the loop handles events, and to add or close streams
 	sides   map[int32]*loopSide
-	streams int  // open streams
 	closing bool // drain deadline passed: close, do not start
 	free    [][]byte
 	evs     [64]unix.EpollEvent
@@ -219,7 +218,6 @@ func (l *streamLoop) add(c *bareConn) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.streams++
 	if l.closing {
 		l.end(st)
 		return
@@ -419,7 +417,6 @@ func (l *streamLoop) handOff(st *loopStream) {
 	delete(l.sides, int32(fd))
 	st.a.fd, st.ended = -1, true
 	l.unwatch(&st.b)
-	l.streams--
 	c, err := acceptedSock(fd, st.remote, nil)
 	if err != nil {
 		unix.Close(fd)
@@ -457,7 +454,6 @@ func (l *streamLoop) end(st *loopStream) {
 	in, out := st.a.moved, st.b.moved
 	l.unwatch(&st.a)
 	l.unwatch(&st.b)
-	l.streams--
 	p := l.f.p
 	p.stats.conns.Add(-1)
 	if e := st.entry; e != nil {
