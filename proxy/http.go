@@ -180,7 +180,7 @@ func (f *httpFrontend) park(hc *h1conn, sc *sockConn) bool {
 	delete(f.live, hc)
 	f.mu.Unlock()
 	hc.parked = true
-	ac.f.Close() // not sc.Close: no FIN, the socket lives on
+	ac.closeDup() // not sc.Close: no FIN, the socket lives on
 	return true
 }
 

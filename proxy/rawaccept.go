@@ -168,16 +168,11 @@ func (l *rawListener) newConn() (net.Conn, error) {
 }
 
 // acceptedSock wraps fd, a connected non-blocking socket that ln accepted
-// from remote, as a sockConn waiting in the runtime's poller, TCP_NODELAY
-// not set yet.
+// from remote, as a sockConn, TCP_NODELAY not set yet. The socket joins
+// the runtime's poller when something first waits for it (lazySock).
 func acceptedSock(fd int, remote *net.TCPAddr, ln *net.TCPListener) (*sockConn, error) {
-	f := os.NewFile(uintptr(fd), "tcp")
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	c := newSockConnRaw(&acceptedConn{f: f, rc: rc, remote: remote, ln: ln}, rc)
+	s := newLazySock(fd)
+	c := newSockConnRaw(&acceptedConn{s: s, remote: remote, ln: ln}, s)
 	c.lazyNoDelay, c.fd = true, int32(fd)
 	return c, nil
 }
@@ -203,20 +198,40 @@ func ntohs(p uint16) uint16 {
 }
 
 // acceptedConn is a TCP connection that rawListener took (or dialRaw
-// made): its socket as an *os.File, which waits in the runtime's poller
-// (deadlines included) as a net.TCPConn does.
+// made): its socket a lazySock, which waits in the runtime's poller
+// (deadlines included) as a net.TCPConn does, once it has to wait.
 type acceptedConn struct {
-	f      *os.File
-	rc     syscall.RawConn
+	s      *lazySock
 	remote *net.TCPAddr
 	ln     *net.TCPListener // for LocalAddr when the socket cannot say; nil when dialed
 	local  net.Addr
 }
 
-func (c *acceptedConn) Read(p []byte) (int, error)  { return c.f.Read(p) }
-func (c *acceptedConn) Write(p []byte) (int, error) { return c.f.Write(p) }
-func (c *acceptedConn) Close() error                { return c.f.Close() }
-func (c *acceptedConn) RemoteAddr() net.Addr        { return c.remote }
+// Read and Write wait in the runtime's poller: the socket joins it.
+func (c *acceptedConn) Read(p []byte) (int, error) {
+	ps, err := c.s.poll()
+	if err != nil {
+		return 0, err
+	}
+	return ps.f.Read(p)
+}
+
+func (c *acceptedConn) Write(p []byte) (int, error) {
+	ps, err := c.s.poll()
+	if err != nil {
+		return 0, err
+	}
+	return ps.f.Write(p)
+}
+
+// Close sends the connection's FIN and closes its socket.
+func (c *acceptedConn) Close() error { return c.s.close(true) }
+
+// closeDup closes the connection's descriptor without a FIN: a duplicate
+// of it carries the connection on (an idleSet's).
+func (c *acceptedConn) closeDup() error { return c.s.close(false) }
+
+func (c *acceptedConn) RemoteAddr() net.Addr { return c.remote }
 
 // LocalAddr returns the address the client connected to, asked of the
 // socket the first time.
@@ -226,7 +241,7 @@ func (c *acceptedConn) LocalAddr() net.Addr {
 		if c.ln != nil {
 			c.local = c.ln.Addr()
 		}
-		c.rc.Control(func(fd uintptr) {
+		c.s.Control(func(fd uintptr) {
 			if sa, err := unix.Getsockname(int(fd)); err == nil {
 				switch sa := sa.(type) {
 				case *unix.SockaddrInet4:
@@ -240,21 +255,21 @@ func (c *acceptedConn) LocalAddr() net.Addr {
 	return c.local
 }
 
-func (c *acceptedConn) SetDeadline(t time.Time) error      { return c.f.SetDeadline(t) }
-func (c *acceptedConn) SetReadDeadline(t time.Time) error  { return c.f.SetReadDeadline(t) }
-func (c *acceptedConn) SetWriteDeadline(t time.Time) error { return c.f.SetWriteDeadline(t) }
+func (c *acceptedConn) SetDeadline(t time.Time) error      { return c.s.setDeadline(t, true, true) }
+func (c *acceptedConn) SetReadDeadline(t time.Time) error  { return c.s.setDeadline(t, true, false) }
+func (c *acceptedConn) SetWriteDeadline(t time.Time) error { return c.s.setDeadline(t, false, true) }
 
 // CloseWrite shuts down the writing side: the peer reads EOF.
 func (c *acceptedConn) CloseWrite() error {
 	var err error
-	if cerr := c.rc.Control(func(fd uintptr) { err = unix.Shutdown(int(fd), unix.SHUT_WR) }); cerr != nil {
+	if cerr := c.s.Control(func(fd uintptr) { err = unix.Shutdown(int(fd), unix.SHUT_WR) }); cerr != nil {
 		return cerr
 	}
 	return err
 }
 
 // SyscallConn returns the socket.
-func (c *acceptedConn) SyscallConn() (syscall.RawConn, error) { return c.rc, nil }
+func (c *acceptedConn) SyscallConn() (syscall.RawConn, error) { return c.s, nil }
 
 // keepAlive turns TCP keep-alive on for c's socket, through TLS and a
 // PROXY header.

@@ -118,9 +118,10 @@ func (c *sockConn) CloseWrite() error {
 // tens of microseconds on a busy machine), and a system call announced to
 // the scheduler that takes so long lets the runtime's monitor hand the
 // processor to another thread. The close that follows only lets go of
-// the descriptor.
+// the descriptor. An acceptedConn does this itself, and only while its
+// socket is in the runtime's poller (else its close is a raw one).
 func (c *sockConn) Close() error {
-	if !c.wclosed.Load() {
+	if _, ok := c.Conn.(*acceptedConn); !ok && !c.wclosed.Load() {
 		c.rc.Control(shutdownWriteFn)
 	}
 	return c.Conn.Close()
