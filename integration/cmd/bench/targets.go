@@ -315,7 +315,10 @@ func (b *baton) PIDs() map[string][]int {
 }
 
 // nginx runs Debian's nginx with its master in the foreground; reload is
-// `nginx -s reload`.
+// `nginx -s reload`. Like HAProxy's, its config sends the backend the
+// X-Forwarded-For, -Proto and -Host headers that baton and Caddy send by
+// default (as ingress-nginx does): the backend shares the machine, and
+// each header it parses costs it CPU, so every target asks the same of it.
 type nginx struct {
 	dir string
 	tls tlsFiles
@@ -364,6 +367,8 @@ http {
             proxy_set_header Connection "";
             proxy_set_header Host $host;
             proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto $scheme;
+            proxy_set_header X-Forwarded-Host $http_host;
         }
     }
 }
@@ -443,12 +448,16 @@ defaults
     timeout http-keep-alive 60s
 frontend web
     bind %[2]s
+    http-request set-header X-Forwarded-Proto http
     default_backend app
 frontend websecure
     bind %[6]s ssl crt %[7]s alpn h2,http/1.1
+    http-request set-header X-Forwarded-Proto https
     default_backend app
 backend app
     http-reuse always
+    option forwardfor
+    http-request set-header X-Forwarded-Host %%[req.hdr(host)]
     server s1 %[3]s
 frontend echo
     mode tcp
