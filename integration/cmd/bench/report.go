@@ -66,7 +66,10 @@ func report(r *Results) string {
 	w("`worker_processes 2` with upstream keepalive, HAProxy `nbthread 2` in master-worker mode with\n")
 	w("`expose-fd listeners` and `http-reuse always`; Caddy, the Go peer, one process with its\n")
 	w("defaults, a Caddyfile reloaded in place by `caddy reload`, and no TCP rows: it proxies no raw\n")
-	w("TCP without a plugin). See `integration/cmd/bench/targets.go`.\n\n")
+	w("TCP without a plugin). Each sends the backend the same request (X-Forwarded-For, -Proto and\n")
+	w("-Host, which baton and Caddy send by default), and each passes a TCP half-close on (nginx\n")
+	w("`proxy_half_close on`), so that the backend, on the same machine, does the same work for\n")
+	w("each. See `integration/cmd/bench/targets.go`.\n\n")
 	if len(r.Errors) > 0 {
 		w("**Errors during the run:**\n\n")
 		for _, e := range r.Errors {

@@ -319,6 +319,10 @@ func (b *baton) PIDs() map[string][]int {
 // X-Forwarded-For, -Proto and -Host headers that baton and Caddy send by
 // default (as ingress-nginx does): the backend shares the machine, and
 // each header it parses costs it CPU, so every target asks the same of it.
+// Its TCP streams pass a half-close on (proxy_half_close), as baton's and
+// HAProxy's do: without it nginx ends a stream at the first FIN, which
+// costs a shutdown, a read and a wake less a stream, and loses what the
+// backend still had to say to a client that only shut its writing side.
 type nginx struct {
 	dir string
 	tls tlsFiles
@@ -373,7 +377,7 @@ http {
     }
 }
 stream {
-    server { listen %[4]s; proxy_pass %[5]s; }
+    server { listen %[4]s; proxy_pass %[5]s; proxy_half_close on; }
     map $ssl_preread_server_name $tlsup { bench.example %[11]s; }
     server { listen %[10]s; ssl_preread on; proxy_pass $tlsup; }
 }
