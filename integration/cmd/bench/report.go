@@ -329,16 +329,20 @@ TCP_NODELAY and four keep-alive options and asks for the local address,
 and the first read of a new connection always found nothing. Accepting
 with accept4 ourselves (TCP_NODELAY from the second write on, as nginx),
 TCP_DEFER_ACCEPT on http listeners, and the FIN sent by a raw shutdown:
-13.5 calls and 2.4 switches, 12% less system time per connection. What
-is left: os.NewFile's fcntl and the close itself go through the scheduler
-(entersyscall), which wakes the runtime's monitor out of its deep sleep
-whenever the worker had been idle, and it then polls every 20 µs for a
-millisecond (0.55 nanosleeps per connection); and the runtime's own work
-per connection (scheduling, the os.File and its finalizer): user time
-30-35 µs per connection against nginx's 17-21. TCP streams no longer pay
-these: a stream loop relays them from an epoll set of its own with raw
-system calls, no os.File and no goroutine per connection (docs/design.md,
-"TCP streams: what a connection costs").
+13.5 calls and 2.4 switches, 12% less system time per connection. Then
+os.NewFile's fcntl and the close went through the scheduler
+(entersyscall), which woke the runtime's monitor out of its deep sleep
+whenever the worker had been idle, to poll every 20 µs for a while (0.6
+nanosleeps per connection); and the os.File, its finalizer and its
+registration in the runtime's poller cost user time. An accepted socket
+now joins the poller only when it must wait (lazySock), which a new
+connection's request and answer rarely do: 7.8 system calls a connection
+(nginx 10.1), 0.09 nanosleeps, worker CPU 54-58 µs against 99-100 before
+(nginx 53-56 in the same alternation; docs/design.md, "New connections:
+the runtime's part"). TCP streams pay none of it either: a stream loop
+relays them from an epoll set of its own with raw system calls, no
+os.File and no goroutine per connection (docs/design.md, "TCP streams:
+what a connection costs").
 
 RSA full handshakes are bounded by the signature: Go's constant-time RSA
 signs (PSS, 2048 bits) in 1.32 ms on this CPU, OpenSSL in 0.30 ms

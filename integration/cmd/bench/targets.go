@@ -379,7 +379,7 @@ http {
 stream {
     server { listen %[4]s; proxy_pass %[5]s; proxy_half_close on; }
     map $ssl_preread_server_name $tlsup { bench.example %[11]s; }
-    server { listen %[10]s; ssl_preread on; proxy_pass $tlsup; }
+    server { listen %[10]s; ssl_preread on; proxy_pass $tlsup; proxy_half_close on; }
 }
 `, n.dir, backendHTTP, n.HTTPAddr(), n.TCPAddr(), backendTCP, n.HTTPSAddr(), n.tls.cert, n.tls.key, map[bool]string{false: "keepalive_requests 100000;", true: ""}[n.defaults],
 		n.passthroughAddr(), backendTLS)
