@@ -41,17 +41,6 @@ func fdOpen(fd int) bool {
 	return err == nil
 }
 
-// waitFor polls cond until it holds, failing the test after 5 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("not %s after 5s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // A connection whose input is there when it reads and whose output fits
 // the socket never joins the runtime's poller: that is what a new
 // connection saves (no os.NewFile, no epoll_ctl, no announced close).
@@ -61,7 +50,7 @@ func TestLazySockJoinsThePollerOnlyToWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 8)
-	waitFor(t, "readable", func() bool { return fdPending(s.fd) })
+	waitUntil(t, "readable", func() bool { return fdPending(s.fd) })
 	if n, err := sc.Read(buf); err != nil || string(buf[:n]) != "GET" {
 		t.Fatalf("Read = %q, %v", buf[:n], err)
 	}
