@@ -397,7 +397,9 @@ func (hc *h1conn) terminates() bool {
 			}
 			f.p.stats.requests.Add(1)
 			b.requests.Add(1)
-			f.p.streamTo(f.passName, raw, b, hello, e, f.gp.Go, func(net.Conn) bool { return true })
+			// A passed-through stream of an http listener (Ingress
+			// ssl-passthrough) is closed silent as a tcp listener's is.
+			f.p.streamTo(f.passName, raw, b, hello, e, f.gp.Go, func(net.Conn) bool { return true }, config.DefaultStreamIdleTimeout)
 		}
 		return false // passed through, or closed: the host's backend is gone
 	}

@@ -79,17 +79,21 @@ type loopStream struct {
 	start    time.Time
 	deadline time.Time // of stateHello and stateConnect
 	keepOn   bool      // TCP keep-alive on
-	queued   bool      // in the loop's again
-	ended    bool
-	hello    []byte    // passthrough: what came before the route was known
-	scan     helloScan // how far hello is whole
-	backend  *backend
-	ep       *endpoint
-	set      *endpointSet
-	att      attempt
-	dialed   time.Time
-	entry    *accessEntry
-	remote   *net.TCPAddr
+	// What the sweep saw moved last, and when it last saw it change:
+	// the stream is closed once silent for the listener's idleTimeout.
+	seenMoved int64
+	activeAt  time.Time
+	queued    bool // in the loop's again
+	ended     bool
+	hello     []byte    // passthrough: what came before the route was known
+	scan      helloScan // how far hello is whole
+	backend   *backend
+	ep        *endpoint
+	set       *endpointSet
+	att       attempt
+	dialed    time.Time
+	entry     *accessEntry
+	remote    *net.TCPAddr
 }
 
 // loopSide is one socket of a stream, and the bytes read from it that the
@@ -554,6 +558,13 @@ func (l *streamLoop) sweep(now time.Time) {
 			st.keepOn = true
 			setKeepAlive(uintptr(st.a.fd))
 			setKeepAlive(uintptr(st.b.fd))
+		}
+		if st.state == stateRelay && !st.ended && l.f.idle > 0 {
+			if m := st.a.moved + st.b.moved; m != st.seenMoved || st.activeAt.IsZero() {
+				st.seenMoved, st.activeAt = m, now
+			} else if now.Sub(st.activeAt) >= l.f.idle {
+				l.end(st) // silent both ways past listeners[].idleTimeout
+			}
 		}
 	}
 }

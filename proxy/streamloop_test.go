@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -331,5 +333,52 @@ func TestStreamLoopHelloIsBounded(t *testing.T) {
 	}
 	if !st.ended {
 		t.Error("a hello past its bound did not end the stream")
+	}
+}
+
+// A stream silent both ways for its listener's idleTimeout is closed
+// (nginx's proxy_timeout, 10 minutes by default:
+// https://nginx.org/en/docs/stream/ngx_stream_proxy_module.html#proxy_timeout),
+// so that a peer that connects and says nothing does not hold a client
+// and a backend descriptor for ever; one that keeps talking, longer than
+// the timeout in all, is not. Both relays: the stream loop (plain tcp) and
+// the goroutine relay (here behind a PROXY header).
+func TestStreamIdleTimeout(t *testing.T) {
+	for _, proxyProtocol := range []bool{false, true} {
+		cfg := strings.Replace(tcpConfig(echoServer(t)), "protocol: tcp\n", "protocol: tcp\n    idleTimeout: 400ms\n", 1)
+		if proxyProtocol {
+			cfg = strings.Replace(cfg, "protocol: tcp\n", "protocol: tcp\n    proxyProtocol: true\n", 1)
+		}
+		p, _, tcp := startProxy(t, cfg)
+		if got := p.tcps[0].loop != nil; got == proxyProtocol {
+			t.Fatalf("proxyProtocol %v: stream loop %v", proxyProtocol, got)
+		}
+		c, err := net.Dial("tcp", tcp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if proxyProtocol {
+			io.WriteString(c, "PROXY TCP4 192.0.2.1 192.0.2.2 1234 80\r\n")
+		}
+		buf := make([]byte, 1)
+		start := time.Now()
+		for time.Since(start) < 1500*time.Millisecond { // past the timeout, in all
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Write([]byte("x")); err != nil {
+				t.Fatalf("proxyProtocol %v: write on a live stream after %v: %v", proxyProtocol, time.Since(start), err)
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				t.Fatalf("proxyProtocol %v: echo on a live stream after %v: %v", proxyProtocol, time.Since(start), err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// Silent now: closed, the client reads its end.
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if n, err := c.Read(buf); err == nil {
+			t.Fatalf("proxyProtocol %v: a silent stream read %d bytes, not its end", proxyProtocol, n)
+		} else if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("proxyProtocol %v: a stream silent for 5s past a 400ms idleTimeout is still open", proxyProtocol)
+		}
 	}
 }

@@ -3,9 +3,11 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-proxy/baton/internal/config"
@@ -36,6 +38,8 @@ type tcpFrontend struct {
 	loop *streamLoop
 	// gp runs the streams' goroutines, two a stream.
 	gp *goPool
+	// idle closes a stream silent both ways this long (0: never).
+	idle time.Duration
 
 	mu      sync.Mutex            // protects conns and closing
 	conns   map[net.Conn]net.Conn // client to upstream (nil while dialing)
@@ -150,7 +154,7 @@ func (f *tcpFrontend) proxy(raw net.Conn) {
 	}
 	f.p.stats.requests.Add(1)
 	b.requests.Add(1)
-	f.p.streamTo(f.name, c, b, hello, e, f.gp.Go, f.connected(raw))
+	f.p.streamTo(f.name, c, b, hello, e, f.gp.Go, f.connected(raw), f.idle)
 }
 
 // ended accounts for the end of raw's stream, and logs it.
@@ -182,7 +186,7 @@ func (f *tcpFrontend) connected(raw net.Conn) func(up net.Conn) bool {
 // b, hello first.
 func (f *tcpFrontend) relayFrom(c net.Conn, b *backend, hello []byte, e *accessEntry) {
 	defer f.ended(c, e)
-	f.p.streamTo(f.name, c, b, hello, e, f.gp.Go, f.connected(c))
+	f.p.streamTo(f.name, c, b, hello, e, f.gp.Go, f.connected(c), f.idle)
 }
 
 // streamTo dials b and copies c to it and back, passing half-closes
@@ -191,8 +195,9 @@ func (f *tcpFrontend) relayFrom(c net.Conn, b *backend, hello []byte, e *accessE
 // log entry. connected learns the upstream connection before the copying
 // starts, and says whether to go on (a drain may be closing the
 // listener's streams). The caller counts the stream as a request, of
-// the proxy's and of b's.
-func (p *Proxy) streamTo(listener string, c net.Conn, b *backend, hello []byte, e *accessEntry, spawn func(func()), connected func(up net.Conn) bool) {
+// the proxy's and of b's. A stream silent both ways for idle is closed
+// (0: never).
+func (p *Proxy) streamTo(listener string, c net.Conn, b *backend, hello []byte, e *accessEntry, spawn func(func()), connected func(up net.Conn) bool, idle time.Duration) {
 	dialStart := time.Now()
 	up, ep, err := b.dialStream(context.Background())
 	if e != nil {
@@ -226,7 +231,16 @@ func (p *Proxy) streamTo(listener string, c net.Conn, b *backend, hello []byte, 
 		keepAlive(c)
 		keepAlive(up)
 	})
-	in, out := join(c, c, up, up, spawn)
+	var cr, ur io.Reader = c, up
+	if idle > 0 {
+		w := watchIdle(idle, func() {
+			c.Close()
+			up.Close()
+		})
+		defer w.stop()
+		cr, ur = w.reader(c), w.reader(up)
+	}
+	in, out := join(c, cr, up, ur, spawn)
 	ka.Stop()
 	if e != nil {
 		e.bytesIn, e.bytesOut = in, out
@@ -293,4 +307,59 @@ func (f *tcpFrontend) drain(ctx context.Context) {
 		f.loop.stop()
 	}
 	f.gp.close()
+}
+
+// idleWatch closes a stream of the goroutine relay once neither direction
+// has read anything for its timeout (listeners[].idleTimeout, nginx's
+// proxy_timeout): a timer that looks at the last read's time when it
+// fires, and waits again for what is left of the timeout if there was one
+// since.
+type idleWatch struct {
+	timeout time.Duration
+	last    atomic.Int64 // the last read that got bytes, Unix nanoseconds
+	stopped atomic.Bool
+	t       *time.Timer
+	close   func()
+}
+
+// watchIdle starts watching; close ends the stream.
+func watchIdle(timeout time.Duration, close func()) *idleWatch {
+	w := &idleWatch{timeout: timeout, close: close}
+	w.last.Store(time.Now().UnixNano())
+	w.t = time.AfterFunc(timeout, w.check)
+	return w
+}
+
+func (w *idleWatch) check() {
+	if w.stopped.Load() {
+		return
+	}
+	quiet := time.Since(time.Unix(0, w.last.Load()))
+	if quiet >= w.timeout {
+		w.close()
+		return
+	}
+	w.t.Reset(w.timeout - quiet)
+}
+
+// stop ends the watch: the stream ended.
+func (w *idleWatch) stop() {
+	w.stopped.Store(true)
+	w.t.Stop()
+}
+
+// reader returns r, each read that gets bytes noted.
+func (w *idleWatch) reader(r io.Reader) io.Reader { return idleReader{r, w} }
+
+type idleReader struct {
+	r io.Reader
+	w *idleWatch
+}
+
+func (r idleReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.w.last.Store(time.Now().UnixNano())
+	}
+	return n, err
 }

@@ -36,7 +36,9 @@ const (
 	DefaultResponseTimeout          = 60 * time.Second
 	DefaultSendTimeout              = 60 * time.Second
 	DefaultBackendIdle              = 30 * time.Second
-	DefaultProtocol                 = ProtocolHTTP
+	// DefaultStreamIdleTimeout is nginx's proxy_timeout for streams.
+	DefaultStreamIdleTimeout = 10 * time.Minute
+	DefaultProtocol          = ProtocolHTTP
 
 	// MaxSize is the largest configuration file baton accepts. The
 	// configuration travels to every worker in one message, which has a
@@ -249,6 +251,12 @@ type Listener struct {
 	// source address then counts as the client's. A connection without
 	// one is closed.
 	ProxyProtocol bool `json:"proxyProtocol,omitempty"`
+	// IdleTimeout closes a stream of a tcp listener when neither side has
+	// sent anything for this long (nginx's proxy_timeout, Envoy's
+	// tcp_proxy idle_timeout), so that a peer that stays connected and
+	// silent does not hold two descriptors for ever. Default
+	// DefaultStreamIdleTimeout. http listeners use http.idleTimeout.
+	IdleTimeout Duration `json:"idleTimeout,omitempty"`
 	// FreeBind binds Address even when no interface has it (IP_FREEBIND):
 	// an address routed to the host, or one an interface gets later.
 	FreeBind bool `json:"freeBind,omitempty"`
@@ -784,6 +792,9 @@ func (c *Config) setDefaults() {
 		}
 		if l.TLS != nil && l.TLS.MinVersion == "" {
 			l.TLS.MinVersion = DefaultTLSMinVersion
+		}
+		if l.Protocol == ProtocolTCP {
+			setDuration(&l.IdleTimeout, DefaultStreamIdleTimeout)
 		}
 	}
 	for i := range c.Backends {

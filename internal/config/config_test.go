@@ -103,6 +103,7 @@ func TestRejects(t *testing.T) {
 		{"bad port", strings.Replace(minimal, "127.0.0.1:8080", "127.0.0.1:99999", 1), "port"},
 		{"sockets without reusePort", strings.Replace(minimal, "address: 127.0.0.1:8080", "address: 127.0.0.1:8080\n    sockets: 2", 1), "needs reusePort"},
 		{"bad protocol", strings.Replace(minimal, "address: 127.0.0.1:8080", "address: 127.0.0.1:8080\n    protocol: udp", 1), "protocol must be"},
+		{"idleTimeout on an http listener", strings.Replace(minimal, "address: 127.0.0.1:8080", "address: 127.0.0.1:8080\n    idleTimeout: 1m", 1), "idleTimeout is for tcp listeners"},
 		{"bad backend protocol", strings.Replace(minimal, `static: ["127.0.0.1:9000"]`, `static: ["127.0.0.1:9000"]`+"\n    protocol: http3", 1), "protocol must be http1, h2c or h2"},
 		{"h2 without tls", strings.Replace(minimal, `static: ["127.0.0.1:9000"]`, `static: ["127.0.0.1:9000"]`+"\n    protocol: h2", 1), "protocol h2 is HTTP/2 over TLS"},
 		{"h2c with tls", strings.Replace(minimal, `static: ["127.0.0.1:9000"]`, `static: ["127.0.0.1:9000"]`+"\n    protocol: h2c\n    tls: {}", 1), "protocol h2c is HTTP/2 without TLS"},
@@ -164,6 +165,10 @@ routes:
 	}
 	if n, a, _ := c.Listeners[0].Network(); n != "tcp6" || a != "[::1]:5432" || c.Routes[0].PathPrefix != "" {
 		t.Errorf("network %s %s, prefix %q", n, a, c.Routes[0].PathPrefix)
+	}
+	// A silent stream is closed after nginx's proxy_timeout by default.
+	if got := c.Listeners[0].IdleTimeout.Std(); got != DefaultStreamIdleTimeout {
+		t.Errorf("a tcp listener's idleTimeout: %v, want %v", got, DefaultStreamIdleTimeout)
 	}
 	if _, err := Parse([]byte(base + "  - listener: db\n    backend: pg\n")); err == nil || !strings.Contains(err.Error(), "tcp and already has a route") {
 		t.Errorf("second tcp route: %v", err)

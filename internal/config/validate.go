@@ -167,6 +167,12 @@ func (c *Config) validate(offline bool) error {
 		if l.ReusePort && network == "unix" {
 			bad("%s: reusePort applies to TCP listeners only", where)
 		}
+		if l.IdleTimeout != 0 && l.Protocol != ProtocolTCP {
+			bad("%s: idleTimeout is for tcp listeners (an http listener's connections use http.idleTimeout)", where)
+		}
+		if l.IdleTimeout < 0 {
+			bad("%s: idleTimeout must not be negative", where)
+		}
 		if l.TLS != nil {
 			checkTLS(l.TLS, where, l.Provider != "", bad)
 			if l.TLS.Passthrough() && l.Protocol != ProtocolTCP {
