@@ -233,10 +233,7 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 			}
 			f := newTCPFrontend(lc.Name, p, b)
 			f.tls, f.proxyProtocol, f.passthrough = tc, lc.ProxyProtocol, lc.TLS.Passthrough()
-			f.idle = lc.IdleTimeout.Std()
-			if f.idle == 0 { // a listener of a route provider's, not from a file
-				f.idle = config.DefaultStreamIdleTimeout
-			}
+			f.idle = lc.IdleTimeout.Std() // the config's defaults gave it one, route providers' listeners too
 			if loopServes(&lc) {
 				var err error
 				if f.loop, err = newStreamLoop(f); err != nil {
