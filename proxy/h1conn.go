@@ -279,7 +279,13 @@ func (hc *h1conn) serveInline(sc *sockConn) (head []byte, done bool, err error) 
 			if hc.f.park(hc, sc) {
 				return nil, true, nil
 			}
+			// The park's deadline has passed, and a session does not
+			// begin under a passed deadline (RawConn.Read fails before
+			// its step runs): the wait goes on under the idle
+			// timeout's. A drain's wake-up that comes meanwhile still
+			// counts: the step looks for it after the move.
 			err, drained, wait = nil, true, idle
+			hc.rd.SetDeadline(hc.idleAt.Add(idle))
 			continue
 		}
 		return head, done, err

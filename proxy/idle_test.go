@@ -250,3 +250,40 @@ func TestParkedConnectionsCountTowardTheLimit(t *testing.T) {
 		t.Errorf("a parked connection after the refusal: %d", resp.StatusCode)
 	}
 }
+
+// A keep-alive connection that the idle set does not take (the frontend
+// drains, or its descriptor could not be duplicated) waits on in its
+// goroutine until its idle timeout. Its first wait's deadline, the park's
+// (parkAfter), has passed by then, and the runtime's RawConn.Read fails at
+// once on a passed deadline without looking at the socket: the wait must
+// move it first, or the connection is closed after parkAfter under a
+// request its client is sending (an "EOF on a reused connection" at every
+// drain in TestHandoffsUnderLoad, for a client slower than parkAfter/2).
+func TestRefusedParkWaitsOn(t *testing.T) {
+	p, web, _ := startProxy(t, webConfig(hostOf(okBackend(t))))
+	f := p.https[0]
+	f.mu.Lock()
+	f.draining = true // what refuses a park; the proxy itself answers as usual
+	f.mu.Unlock()
+	c, br := dialWeb(t, web)
+	for i := range 2 {
+		if i == 1 {
+			time.Sleep(3 * parkAfter) // an idle client: past the wait that ends in a park
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatalf("request %d: %v", i+1, err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d, on a connection idle %v that could not park: %v", i+1, 3*parkAfter, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("request %d: %d, close %v; want 200, kept alive", i+1, resp.StatusCode, resp.Close)
+		}
+	}
+	if n := parked(p); n != 0 {
+		t.Errorf("%d connections parked while the frontend refuses parks", n)
+	}
+}

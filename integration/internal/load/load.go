@@ -347,9 +347,14 @@ func dialHTTP(ctx context.Context, cfg Config, r *recorder) (net.Conn, error) {
 // when the server closes it, and checks each response's body length.
 func keepAliveClient(ctx context.Context, cfg Config, r *recorder, req []byte, wantLen int64, retry bool, retryReq []byte) {
 	var (
-		cc     *countingConn
-		br     *bufio.Reader
-		reused bool
+		cc       *countingConn
+		br       *bufio.Reader
+		reused   bool
+		answered time.Time     // when the last response on cc was read
+		took     time.Duration // and how long its round trip took
+		served   int
+		local    net.Addr
+		remote   net.Addr
 	)
 	closeConn := func() {
 		if cc != nil {
@@ -371,6 +376,7 @@ func keepAliveClient(ctx context.Context, cfg Config, r *recorder, req []byte, w
 			cc = &countingConn{Conn: c}
 			br = bufio.NewReader(cc)
 			reused = false
+			served, local, remote = 0, c.LocalAddr(), c.RemoteAddr()
 		}
 		t0 := time.Now()
 		cc.SetDeadline(t0.Add(cfg.Timeout))
@@ -383,6 +389,14 @@ func keepAliveClient(ctx context.Context, cfg Config, r *recorder, req []byte, w
 			closeConn()
 			if silent {
 				return
+			}
+			if raced {
+				// How long the client left the connection idle says
+				// which race it lost (docs/design.md, "Draining
+				// without losing a request").
+				err = fmt.Errorf("%s %s->%s, request %d, reused after %v idle, the answer before took %v: %w",
+					t0.UTC().Format("15:04:05.000"), local, remote, served+1,
+					t0.Sub(answered).Round(time.Millisecond), took.Round(time.Millisecond), err)
 			}
 			r.fail(class, err)
 			if retry && raced && (class == ClassEOFReused || class == ClassReset) {
@@ -400,7 +414,9 @@ func keepAliveClient(ctx context.Context, cfg Config, r *recorder, req []byte, w
 			closeConn()
 			continue
 		}
-		reused = true
+		reused, answered = true, time.Now()
+		took = answered.Sub(t0)
+		served++
 	}
 }
 
