@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: bench-gateway bench-ingress all build run test testdeps kubebin h2spec vet fmt-check fuzz bench attacks bench-kube conformance image clean
+.PHONY: bench-gateway bench-ingress all build run test testdeps kubebin h2spec vet fmt-check fuzz stress bench attacks bench-kube conformance image clean
 
 all: build
 
@@ -43,6 +43,12 @@ test: vet fmt-check testdeps kubebin h2spec
 	$(GO) test -race -count=1 -timeout 14m ./...
 	CGO_ENABLED=1 $(GO) test -race -count=1 -tags openssl -run 'TLS|Sign' ./internal/opensslrsa/ ./proxy/
 	$(MAKE) --no-print-directory fuzz FUZZTIME=10s
+
+# The zero-drop tests on a starved machine (scripts/stress.sh): ROUNDS
+# rounds of TestHandoffsUnderLoad (or RUN's tests), two processes at once
+# beside a busy loop per core. About 5 minutes a round.
+stress:
+	./scripts/stress.sh
 
 # HAProxy, ip and unshare, from Debian's packages when missing.
 testdeps:
