@@ -16,6 +16,10 @@ out=.cache/stress
 mkdir -p "$out"
 go test -race -c -o "$out/integration.test" ./integration/ || exit 1
 failed=0
+hogs=()
+tests=()
+# However the script ends (a failed wait, ^C, a kill), what it started ends with it.
+trap 'kill "${hogs[@]}" "${tests[@]}" 2>/dev/null' EXIT
 for r in $(seq 1 "$rounds"); do
   hogs=()
   for _ in $(seq 1 "$(nproc)"); do

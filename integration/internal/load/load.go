@@ -349,12 +349,9 @@ func keepAliveClient(ctx context.Context, cfg Config, r *recorder, req []byte, w
 	var (
 		cc       *countingConn
 		br       *bufio.Reader
-		reused   bool
-		answered time.Time     // when the last response on cc was read
+		served   int           // responses read on cc: more than 0, it is reused
+		answered time.Time     // when the last of them was read
 		took     time.Duration // and how long its round trip took
-		served   int
-		local    net.Addr
-		remote   net.Addr
 	)
 	closeConn := func() {
 		if cc != nil {
@@ -375,8 +372,7 @@ func keepAliveClient(ctx context.Context, cfg Config, r *recorder, req []byte, w
 			r.connections++
 			cc = &countingConn{Conn: c}
 			br = bufio.NewReader(cc)
-			reused = false
-			served, local, remote = 0, c.LocalAddr(), c.RemoteAddr()
+			served = 0
 		}
 		t0 := time.Now()
 		cc.SetDeadline(t0.Add(cfg.Timeout))
@@ -384,19 +380,19 @@ func keepAliveClient(ctx context.Context, cfg Config, r *recorder, req []byte, w
 		resp, err := roundTrip(cc, br, req, wantLen)
 		if err != nil {
 			silent := over(ctx) && errors.Is(err, os.ErrDeadlineExceeded)
-			raced := reused && cc.read == 0
+			raced := served > 0 && cc.read == 0
 			class := classify(err, raced)
-			closeConn()
-			if silent {
-				return
-			}
 			if raced {
 				// How long the client left the connection idle says
 				// which race it lost (docs/design.md, "Draining
 				// without losing a request").
 				err = fmt.Errorf("%s %s->%s, request %d, reused after %v idle, the answer before took %v: %w",
-					t0.UTC().Format("15:04:05.000"), local, remote, served+1,
+					t0.UTC().Format("15:04:05.000"), cc.LocalAddr(), cc.RemoteAddr(), served+1,
 					t0.Sub(answered).Round(time.Millisecond), took.Round(time.Millisecond), err)
+			}
+			closeConn()
+			if silent {
+				return
 			}
 			r.fail(class, err)
 			if retry && raced && (class == ClassEOFReused || class == ClassReset) {
@@ -414,9 +410,8 @@ func keepAliveClient(ctx context.Context, cfg Config, r *recorder, req []byte, w
 			closeConn()
 			continue
 		}
-		reused, answered = true, time.Now()
+		served, answered = served+1, time.Now()
 		took = answered.Sub(t0)
-		served++
 	}
 }
 
