@@ -62,9 +62,8 @@ func report(r *Results) string {
 	w("another run.\n\n")
 	w("Machine: %s × %s, %s, Linux %s, %s; nginx %s, HAProxy %s, Caddy %s, wrk %s.\n\n",
 		r.Machine["cpus"], r.Machine["cpu"], r.Machine["memory"], r.Machine["kernel"], r.Machine["go"], r.Machine["nginx"], r.Machine["haproxy"], r.Machine["caddy"], r.Machine["wrk"])
-	w("Configurations: 2 workers for each proxy, each in its default socket layout (one listening\n")
-	w("socket that every worker accepts from): baton `workers: 2`, nginx `worker_processes 2` with a\n")
-	w("plain `listen` and upstream keepalive, HAProxy `nbthread 2` in master-worker mode with\n")
+	w("Configurations: 2 workers for each proxy (baton `workers: 2` with `reusePort`, nginx\n")
+	w("`worker_processes 2` with upstream keepalive, HAProxy `nbthread 2` in master-worker mode with\n")
 	w("`expose-fd listeners` and `http-reuse always`; Caddy, the Go peer, one process with its\n")
 	w("defaults, a Caddyfile reloaded in place by `caddy reload`, and no TCP rows: it proxies no raw\n")
 	w("TCP without a plugin). Each sends the backend the same request (X-Forwarded-For, -Proto and\n")

@@ -171,17 +171,21 @@ workers: %d
   - name: web
     address: %s
     protocol: http
+    reusePort: true
   - name: echo
     address: %s
     protocol: tcp
+    reusePort: true
   - name: websecure
     address: %s
     protocol: http
+    reusePort: true
     tls:
       certificates: [{certFile: %q, keyFile: %q}]
   - name: pass
     address: %s
     protocol: tcp
+    reusePort: true
     tls: {mode: passthrough}
 backends:
   - name: app
