@@ -64,19 +64,22 @@ var resources = []struct {
 	// optional: a route kind whose CRD a cluster may not have (an older
 	// release of the Gateway API's): without it, none is served.
 	optional bool
-	obj      runtime.Object
-	list     func() runtime.Object
+	// route: a route kind, whose objects are translated one by one: a
+	// change of one does not turn the world (Snapshot.World).
+	route bool
+	obj   runtime.Object
+	list  func() runtime.Object
 }{
-	{"gatewayclasses", true, true, false, &gwv1.GatewayClass{}, func() runtime.Object { return &gwv1.GatewayClassList{} }},
-	{"gateways", true, false, false, &gwv1.Gateway{}, func() runtime.Object { return &gwv1.GatewayList{} }},
-	{"httproutes", true, false, false, &gwv1.HTTPRoute{}, func() runtime.Object { return &gwv1.HTTPRouteList{} }},
-	{"grpcroutes", true, false, true, &gwv1.GRPCRoute{}, func() runtime.Object { return &gwv1.GRPCRouteList{} }},
-	{"tlsroutes", true, false, true, &gwv1.TLSRoute{}, func() runtime.Object { return &gwv1.TLSRouteList{} }},
-	{"tcproutes", true, false, true, &gwv1.TCPRoute{}, func() runtime.Object { return &gwv1.TCPRouteList{} }},
-	{"referencegrants", true, false, false, &gwv1.ReferenceGrant{}, func() runtime.Object { return &gwv1.ReferenceGrantList{} }},
-	{"services", false, false, false, &corev1.Service{}, func() runtime.Object { return &corev1.ServiceList{} }},
-	{"namespaces", false, true, false, &corev1.Namespace{}, func() runtime.Object { return &corev1.NamespaceList{} }},
-	{"secrets", false, false, false, &corev1.Secret{}, func() runtime.Object { return &corev1.SecretList{} }},
+	{"gatewayclasses", true, true, false, false, &gwv1.GatewayClass{}, func() runtime.Object { return &gwv1.GatewayClassList{} }},
+	{"gateways", true, false, false, false, &gwv1.Gateway{}, func() runtime.Object { return &gwv1.GatewayList{} }},
+	{"httproutes", true, false, false, true, &gwv1.HTTPRoute{}, func() runtime.Object { return &gwv1.HTTPRouteList{} }},
+	{"grpcroutes", true, false, true, true, &gwv1.GRPCRoute{}, func() runtime.Object { return &gwv1.GRPCRouteList{} }},
+	{"tlsroutes", true, false, true, true, &gwv1.TLSRoute{}, func() runtime.Object { return &gwv1.TLSRouteList{} }},
+	{"tcproutes", true, false, true, true, &gwv1.TCPRoute{}, func() runtime.Object { return &gwv1.TCPRouteList{} }},
+	{"referencegrants", true, false, false, false, &gwv1.ReferenceGrant{}, func() runtime.Object { return &gwv1.ReferenceGrantList{} }},
+	{"services", false, false, false, false, &corev1.Service{}, func() runtime.Object { return &corev1.ServiceList{} }},
+	{"namespaces", false, true, false, false, &corev1.Namespace{}, func() runtime.Object { return &corev1.NamespaceList{} }},
+	{"secrets", false, false, false, false, &corev1.Secret{}, func() runtime.Object { return &corev1.SecretList{} }},
 }
 
 // served returns the resources the API server serves of the Gateway

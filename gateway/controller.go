@@ -58,7 +58,7 @@ type Controller struct {
 	// statuses holds the latest translation whose statuses are to be
 	// written (capacity 1: a newer one replaces it).
 	statuses chan statusWork
-	// world counts the events of every resource but HTTPRoutes, from 1
+	// world counts the events of every resource but the routes, from 1
 	// (Snapshot.World: 0 would keep nothing).
 	world atomic.Uint64
 }
@@ -120,7 +120,7 @@ func New(client *Client, opts Options, sink Sink, log *zap.Logger) *Controller {
 		// A change of anything but a route is a change of every route's
 		// world: each is translated again.
 		changed := c.changed
-		if !isRoutes(r.name) {
+		if !r.route {
 			changed = func() {
 				c.world.Add(1)
 				c.changed()
@@ -139,16 +139,6 @@ func New(client *Client, opts Options, sink Sink, log *zap.Logger) *Controller {
 		c.infs = append(c.infs, informer{r.name, r.optional, inf})
 	}
 	return c
-}
-
-// isRoutes reports whether resource is one of the route kinds: a change of
-// one route is translated alone (Snapshot.World does not turn).
-func isRoutes(resource string) bool {
-	switch resource {
-	case "httproutes", "grpcroutes", "tlsroutes", "tcproutes":
-		return true
-	}
-	return false
 }
 
 // statusOnly reports whether an update of a Gateway API object changed
