@@ -170,6 +170,17 @@ routes:
 	if got := c.Listeners[0].IdleTimeout.Std(); got != DefaultStreamIdleTimeout {
 		t.Errorf("a tcp listener's idleTimeout: %v, want %v", got, DefaultStreamIdleTimeout)
 	}
+	// As every other duration, at least 1ms (a negative one the parser
+	// refuses).
+	withIdle := func(d string) string {
+		return strings.Replace(base, "protocol: tcp", "protocol: tcp\n    idleTimeout: "+d, 1)
+	}
+	if _, err := Parse([]byte(withIdle("500us"))); err == nil || !strings.Contains(err.Error(), "idleTimeout must be at least 1ms") {
+		t.Errorf("a tcp listener's idleTimeout 500us: %v", err)
+	}
+	if c, err := Parse([]byte(withIdle("1ms"))); err != nil || c.Listeners[0].IdleTimeout.Std() != time.Millisecond {
+		t.Errorf("a tcp listener's idleTimeout 1ms: %v", err)
+	}
 	if _, err := Parse([]byte(base + "  - listener: db\n    backend: pg\n")); err == nil || !strings.Contains(err.Error(), "tcp and already has a route") {
 		t.Errorf("second tcp route: %v", err)
 	}

@@ -170,8 +170,10 @@ func (c *Config) validate(offline bool) error {
 		if l.IdleTimeout != 0 && l.Protocol != ProtocolTCP {
 			bad("%s: idleTimeout is for tcp listeners (an http listener's connections use http.idleTimeout)", where)
 		}
-		if l.IdleTimeout < 0 {
-			bad("%s: idleTimeout must not be negative", where)
+		if l.IdleTimeout > 0 && l.IdleTimeout.Std() < time.Millisecond {
+			// As every other duration: a stream closed at the loop's
+			// first look is a mistake, not a setting.
+			bad("%s: idleTimeout must be at least 1ms (left out: %s), not %s", where, DefaultStreamIdleTimeout, l.IdleTimeout)
 		}
 		if l.TLS != nil {
 			checkTLS(l.TLS, where, l.Provider != "", bad)
