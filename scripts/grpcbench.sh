@@ -10,6 +10,16 @@
 # Ports 24080 (baton), 24180 (nginx), 24280 (HAProxy), 24900 (backend).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A port another process holds is an error: baton and HAProxy bind with
+# SO_REUSEPORT and would share it with a leftover or a manual run without a
+# word.
+for port in 24080 24180 24280 24900; do
+	if [ -n "$(ss -Htln "sport = :$port")" ]; then
+		echo "grpcbench: 127.0.0.1:$port is taken (by another process? stop it):" >&2
+		ss -Htlnp "sport = :$port" >&2
+		exit 1
+	fi
+done
 out=${OUT:-docs/benchmarks.md}
 work=$(mktemp -d)
 pids=()

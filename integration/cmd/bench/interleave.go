@@ -70,7 +70,7 @@ func (b *bench) startAll(names []string) []target {
 	for _, name := range names {
 		t := b.newTarget(name, 2)
 		fmt.Fprintf(os.Stderr, "bench: %s: start\n", name)
-		if err := t.Start(); err != nil {
+		if err := start(t); err != nil {
 			b.errorf("%s: start: %v", name, err)
 			t.Stop()
 			continue

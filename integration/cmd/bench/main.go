@@ -312,7 +312,7 @@ func (b *bench) errorf(format string, args ...any) {
 func (b *bench) run(name, what string, fn func(t target) error) {
 	t := b.newTarget(name, 2)
 	fmt.Fprintf(os.Stderr, "bench: %s: %s\n", name, what)
-	if err := t.Start(); err != nil {
+	if err := start(t); err != nil {
 		b.errorf("%s: start: %v", name, err)
 		t.Stop()
 		return

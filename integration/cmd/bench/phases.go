@@ -189,7 +189,7 @@ func (b *bench) timeline() {
 	for _, workers := range b.s.TimelineWorkers {
 		fmt.Fprintf(os.Stderr, "bench: baton: timeline with %d workers\n", workers)
 		t := b.newTarget("baton", workers).(*baton)
-		if err := t.Start(); err != nil {
+		if err := start(t); err != nil {
 			b.errorf("timeline %d workers: %v", workers, err)
 			t.Stop()
 			continue

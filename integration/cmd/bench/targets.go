@@ -135,6 +135,36 @@ func (direct) TCPAddr() string        { return backendTCP }
 func (direct) HTTPSAddr() string      { return "" }
 func (direct) PIDs() map[string][]int { return nil }
 
+// start starts t once its ports are free. A port another process holds is
+// an error: baton and HAProxy bind with SO_REUSEPORT, so they would join
+// a leftover's or a manual run's group on the same port without a word,
+// and share the load with it. A stopped target's last process may take a
+// moment to let go: the ports get 10 s.
+func start(t target) error {
+	if _, ok := t.(direct); ok {
+		return t.Start() // the backend's own ports, in use
+	}
+	addrs := []string{t.HTTPAddr(), t.TCPAddr(), t.HTTPSAddr()}
+	if p, ok := t.(interface{ passthroughAddr() string }); ok {
+		addrs = append(addrs, p.passthroughAddr())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, addr := range addrs {
+		for addr != "" {
+			ln, err := net.Listen("tcp", addr)
+			if err == nil {
+				ln.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s is taken (by another process? stop it): %w", addr, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return t.Start()
+}
+
 // tlsFiles are the certificate every target serves over TLS: PEM files of
 // the chain and the key, and both in one file (HAProxy's crt).
 type tlsFiles struct{ cert, key, combined string }
