@@ -1,6 +1,16 @@
 package supervisor
 
-import "testing"
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/baton-proxy/baton/internal/sockfd"
+	"golang.org/x/sys/unix"
+)
 
 // A listener's address need not be on an interface with FreeBind
 // (IP_FREEBIND): a Gateway's address from a pool routed to the host. Without
@@ -16,4 +26,76 @@ func TestListenFreeBind(t *testing.T) {
 		t.Fatalf("with FreeBind: %v", err)
 	}
 	f.Close()
+}
+
+// The supervisor holds the listening sockets for its workers and never
+// accepts on them: they must not be in the runtime poller's epoll set,
+// where every connection queued on them would wake the supervisor (12 us
+// of its CPU a connection, measured in docs/design.md). They must still be
+// non-blocking, for the workers that share them.
+func TestListenerNotPolled(t *testing.T) {
+	// A pollable socket first, so that the runtime's poller exists.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, network := range []string{"tcp", "unix"} {
+		addr := "127.0.0.1:0"
+		if network == "unix" {
+			addr = filepath.Join(t.TempDir(), "l.sock")
+		}
+		f, err := listen(network, addr, false, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		var fd int
+		var flags int
+		if err := sockfd.Control(f, func(d int) (err error) {
+			fd = d
+			flags, err = unix.FcntlInt(uintptr(d), unix.F_GETFL, 0)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if flags&unix.O_NONBLOCK == 0 {
+			t.Errorf("%s listener: blocking; the workers' accept4 would block", network)
+		}
+		if watched := epollWatched(t); watched[fd] {
+			t.Errorf("%s listener: descriptor %d is in the runtime poller's epoll set", network, fd)
+		}
+	}
+}
+
+// epollWatched returns the descriptors that this process's epoll
+// instances watch, from /proc/self/fdinfo.
+func epollWatched(t *testing.T) map[int]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched := map[int]bool{}
+	polls := 0
+	for _, e := range ents {
+		if target, _ := os.Readlink("/proc/self/fd/" + e.Name()); target != "anon_inode:[eventpoll]" {
+			continue
+		}
+		polls++
+		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			continue // closed meanwhile
+		}
+		for line := range strings.Lines(string(info)) {
+			var tfd int
+			if _, err := fmt.Sscanf(line, "tfd: %d", &tfd); err == nil {
+				watched[tfd] = true
+			}
+		}
+	}
+	if polls == 0 {
+		t.Fatal("no epoll instance in /proc/self/fd: the runtime's poller is not started")
+	}
+	return watched
 }
