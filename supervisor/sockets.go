@@ -554,7 +554,7 @@ func listen(network, address string, reusePort, freeBind bool) (*os.File, error)
 	default:
 		return nil, fmt.Errorf("listen %s %s: unsupported network", network, address)
 	}
-	// Blocking until it is wrapped: see holdSocket.
+	// Blocking until it is wrapped, below.
 	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s %s: socket: %w", network, address, err)
@@ -591,24 +591,20 @@ func listen(network, address string, reusePort, freeBind bool) (*os.File, error)
 	if err := unix.Listen(fd, listenBacklog); err != nil {
 		return fail("listen", err)
 	}
-	f := holdSocket(fd, fmt.Sprintf("listener %s %s", network, address))
+	// Wrapped while still blocking, the *os.File is not pollable: the
+	// supervisor never accepts on a listening socket, and os.NewFile
+	// would put a non-blocking one in the runtime poller's epoll set,
+	// which then woke the supervisor at every connection queued for the
+	// workers (13,107 epoll waits and 0.42 s of its CPU over 5 s of
+	// 5,400 new connections a second: docs/design.md). No other process
+	// holds fd yet, so its mode can change; the workers need it
+	// non-blocking.
+	f := os.NewFile(uintptr(fd), fmt.Sprintf("listener %s %s", network, address))
 	if err := unix.SetNonblock(fd, true); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("listen %s %s: O_NONBLOCK: %w", network, address, err)
 	}
 	return f, nil
-}
-
-// holdSocket wraps fd, a socket no other process holds yet and still in
-// blocking mode, as an *os.File that the runtime's poller does not watch:
-// os.NewFile registers a non-blocking descriptor in the poller's epoll
-// set, and a listening socket there wakes the supervisor at every
-// connection the workers are about to accept (it never accepts itself).
-// Measured: 13,107 epoll waits and 0.42 s of the supervisor's CPU over
-// 5 s of 5,400 new connections a second, about 12 us a connection. The
-// caller sets O_NONBLOCK afterwards, for every process it hands fd to.
-func holdSocket(fd int, name string) *os.File {
-	return os.NewFile(uintptr(fd), name)
 }
 
 // resolveTCP turns host:port into an address to bind. An empty host binds

@@ -50,8 +50,7 @@ func TestListenerNotPolled(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		var fd int
-		var flags int
+		var fd, flags int
 		if err := sockfd.Control(f, func(d int) (err error) {
 			fd = d
 			flags, err = unix.FcntlInt(uintptr(d), unix.F_GETFL, 0)

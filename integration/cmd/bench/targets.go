@@ -150,7 +150,10 @@ func start(t target) error {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, addr := range addrs {
-		for addr != "" {
+		if addr == "" {
+			continue
+		}
+		for {
 			ln, err := net.Listen("tcp", addr)
 			if err == nil {
 				ln.Close()
