@@ -2,7 +2,10 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/baton-proxy/baton/integration/internal/harness"
 	"github.com/baton-proxy/baton/integration/internal/load"
+	"github.com/baton-proxy/baton/ipc"
 	"github.com/baton-proxy/baton/supervisor"
 )
 
@@ -173,4 +177,43 @@ func summarize(hs []supervisor.Handoff, f func(supervisor.Handoff) (int64, bool)
 		}
 	}
 	return fmt.Sprintf("min %d p50 %d max %d (n=%d)", v[0], v[len(v)/2], v[len(v)-1], len(v))
+}
+
+// TestReloadAnswerMeansNewConfig checks what an operator relies on once
+// `baton reload` has answered ok: a connection made from then on is served
+// by the new config. The old workers share the listening socket with the
+// new ones until they stop accepting, so the supervisor reports a handoff
+// only once each old worker has said it stopped (ipc.Stopped).
+func TestReloadAnswerMeansNewConfig(t *testing.T) {
+	be := startBackend(t)
+	all := options{workers: 2}.configYAML(be)
+	appOnly := strings.Replace(all, "pathPrefix: /\n", "pathPrefix: /app\n", 1)
+	b := startBaton(t, all)
+	web := b.Address("web")
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	for i := range 30 {
+		cfg, want := appOnly, http.StatusNotFound
+		if i%2 == 1 {
+			cfg, want = all, http.StatusOK
+		}
+		b.WriteConfig(cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		resp, err := ipc.Call(ctx, b.Socket, ipc.Request{Command: supervisor.CommandReload})
+		cancel()
+		if err != nil || !resp.OK {
+			t.Fatalf("reload %d: %v %+v", i, err, resp)
+		}
+		var h supervisor.Handoff
+		if err := json.Unmarshal(resp.Result, &h); err != nil || h.Outcome != supervisor.OutcomeOK {
+			t.Fatalf("reload %d: %v %s", i, err, resp.Result)
+		}
+		r, err := client.Get("http://" + web + "/elsewhere")
+		if err != nil {
+			t.Fatalf("after reload %d: %v", i, err)
+		}
+		r.Body.Close()
+		if r.StatusCode != want {
+			t.Fatalf("after reload %d answered ok, a new connection got %d, want %d: an old worker served it with the old config", i, r.StatusCode, want)
+		}
+	}
 }

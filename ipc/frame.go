@@ -63,7 +63,7 @@ var (
 type Type uint8
 
 // Message types. Hello and Drain go from the supervisor to a worker; Ready,
-// Failed and Stats from a worker to the supervisor; Orphan (a worker whose
+// Failed, Stats and Stopped from a worker to the supervisor; Orphan (a worker whose
 // supervisor died, to the one adopting it) and Adopted (the answer) open an
 // adoption; Request and Response are the control socket's.
 const (
@@ -79,6 +79,7 @@ const (
 	TypeWaiting  Type = 10
 	TypeAccept   Type = 11
 	TypeRouting  Type = 12
+	TypeStopped  Type = 13
 	TypeRequest  Type = 16
 	TypeResponse Type = 17
 )
@@ -96,6 +97,7 @@ var typeNames = map[Type]string{
 	TypeWaiting:  "waiting",
 	TypeAccept:   "accept",
 	TypeRouting:  "routing",
+	TypeStopped:  "stopped",
 	TypeRequest:  "request",
 	TypeResponse: "response",
 }

@@ -75,6 +75,8 @@ type Orphan struct {
 	TicketKeys [][]byte `json:"ticketKeys,omitempty"`
 	// CanaryOf is the hello's.
 	CanaryOf uint64 `json:"canaryOf,omitempty"`
+	// Acks is the worker's Ready.Acks.
+	Acks bool `json:"acks,omitempty"`
 }
 
 // Files is the number of descriptors the orphan's listeners announce.
@@ -154,7 +156,18 @@ type ListenerInfo struct {
 }
 
 // Ready tells the supervisor that the worker serves on every listener.
-type Ready struct{}
+type Ready struct {
+	// Acks says that the worker answers a Drain that asks for it
+	// (Drain.Ack) with Stopped, once it accepts no more connections. The
+	// supervisor waits for that before it reports a handoff done, so that
+	// a connection made after the report reaches the new generation.
+	Acks bool `json:"acks,omitempty"`
+}
+
+// Stopped tells the supervisor that a draining worker accepts no more
+// connections: it has closed its copies of the listening sockets, and
+// what is queued on them is the other generation's to accept.
+type Stopped struct{}
 
 // Failed tells the supervisor that the worker cannot serve, and why. The
 // worker exits after sending it.
@@ -182,6 +195,9 @@ type Drain struct {
 	// already): a worker takes what is queued on them before it closes
 	// its own, or the kernel would reset those connections.
 	Closing bool `json:"closing,omitempty"`
+	// Ack asks for a Stopped once the worker accepts no more. A worker
+	// whose Ready had Acks sends it; others ignore it.
+	Ack bool `json:"ack,omitempty"`
 }
 
 // Stats is a worker's periodic report of its counters.

@@ -24,9 +24,10 @@ const HelloTimeout = 30 * time.Second
 // Worker is a worker's side of the protocol: the hello it received, its
 // listeners, and the way to say ready and to learn when to drain.
 type Worker struct {
-	mu        sync.Mutex // protects conn, ready, orphanLn, tickets and onTickets
+	mu        sync.Mutex // protects conn, ready, acks, orphanLn, tickets and onTickets
 	conn      *Conn      // to the supervisor; a new one after an adoption
 	ready     bool       // Ready was sent: the worker serves
+	acks      bool       // AckDrains was called: Ready.Acks
 	orphanLn  *net.UnixListener
 	tickets   [][]byte
 	onTickets func([][]byte)
@@ -295,7 +296,10 @@ func (w *Worker) adoptedBy(uc *net.UnixConn) *Conn {
 	}
 	c := newConn(uc)
 	c.uc.SetDeadline(time.Now().Add(AdoptionTimeout))
-	o := Orphan{Generation: w.hello.Generation, Slot: w.hello.Slot, Workers: w.hello.Workers, Config: w.hello.Config, TicketKeys: w.TicketKeys(), CanaryOf: w.hello.CanaryOf}
+	w.mu.Lock()
+	acks := w.acks
+	w.mu.Unlock()
+	o := Orphan{Generation: w.hello.Generation, Slot: w.hello.Slot, Workers: w.hello.Workers, Config: w.hello.Config, TicketKeys: w.TicketKeys(), CanaryOf: w.hello.CanaryOf, Acks: acks}
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
@@ -453,8 +457,34 @@ func (w *Worker) Listeners() []Listener { return w.listeners }
 func (w *Worker) Ready() error {
 	w.mu.Lock()
 	w.ready = true
+	acks := w.acks
 	w.mu.Unlock()
-	return w.supervisor().Send(TypeReady, Ready{})
+	return w.supervisor().Send(TypeReady, Ready{Acks: acks})
+}
+
+// AckDrains promises, before Ready, that the worker calls StoppedAccepting
+// once a drain has stopped its every accept (Ready.Acks). The supervisor
+// then reports a handoff done only after the old workers have stopped
+// accepting.
+func (w *Worker) AckDrains() {
+	w.mu.Lock()
+	w.acks = true
+	w.mu.Unlock()
+}
+
+// StoppedAccepting tells the supervisor that the worker, draining,
+// accepts no more connections, if the drain asked for it (Drain.Ack). It
+// does nothing before a drain.
+func (w *Worker) StoppedAccepting() error {
+	select {
+	case <-w.draining:
+	default:
+		return nil
+	}
+	if !w.drain.Ack {
+		return nil
+	}
+	return w.supervisor().Send(TypeStopped, Stopped{})
 }
 
 // Fail tells the supervisor that the worker cannot serve, and why. The worker

@@ -78,7 +78,9 @@ type Proxy struct {
 	// of requests upstream (watchClients); Drain ends both.
 	stopReaper chan struct{}
 	stopOnce   sync.Once
-	reaper     sync.WaitGroup
+	// stopAccepting runs StopAccepting once.
+	stopAccepting sync.Once
+	reaper        sync.WaitGroup
 	// logDropped reports the worker's dropped log lines; nil: none.
 	logDropped func() uint64
 	// tlsConfigs are the TLS listeners' configs, built by Serve.
@@ -335,19 +337,28 @@ func (p *Proxy) listenerConfig(name string) *config.Listener {
 	return nil
 }
 
-// Drain stops accepting and finishes every connection, and returns when
-// none is left or ctx ends (when it closes what is left). closing says
-// that the listening sockets close for good with this worker's copies
-// (baton stops): the connections already queued on them are taken and
-// served first.
+// StopAccepting stops every accept, and returns once none can happen any
+// more. closing says that the listening sockets close for good with this
+// worker's copies (baton stops): the connections already queued on them
+// are taken and served first. Drain calls it; calling it before lets the
+// worker say it stopped (ipc.Worker.StoppedAccepting).
+func (p *Proxy) StopAccepting(closing bool) {
+	p.stopAccepting.Do(func() {
+		p.draining.Store(true)
+		for _, f := range p.https {
+			f.acc.stop(closing)
+		}
+		for _, f := range p.tcps {
+			f.acc.stop(closing)
+		}
+	})
+}
+
+// Drain stops accepting (StopAccepting) and finishes every connection,
+// and returns when none is left or ctx ends (when it closes what is
+// left).
 func (p *Proxy) Drain(ctx context.Context, closing bool) {
-	p.draining.Store(true)
-	for _, f := range p.https {
-		f.acc.stop(closing)
-	}
-	for _, f := range p.tcps {
-		f.acc.stop(closing)
-	}
+	p.StopAccepting(closing)
 	var wg sync.WaitGroup
 	for _, f := range p.https {
 		wg.Go(func() { f.drain(ctx, p.cfg.HTTP.DrainIdleGrace.Std()) })

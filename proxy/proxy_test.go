@@ -333,6 +333,86 @@ func TestDrainClosesKeepAliveConnectionsSafely(t *testing.T) {
 	}
 }
 
+// TestStopAcceptingLeavesTheQueueToOthers checks what the worker says to
+// the supervisor after StopAccepting (ipc.Stopped): that no accept of its
+// happens any more, so that a connection queued on a shared listening
+// socket from then on is the new generation's. The test's copies of the
+// sockets stand for the supervisor's and the new workers'.
+func TestStopAcceptingLeavesTheQueueToOthers(t *testing.T) {
+	var (
+		ls     []ipc.Listener
+		copies []net.Listener
+	)
+	for _, name := range []string{"web", "echo"} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := ln.(*net.TCPListener).File()
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		ls = append(ls, ipc.Listener{ListenerInfo: ipc.ListenerInfo{Name: name}, Listeners: []net.Listener{ln}})
+		copies = append(copies, other)
+	}
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+controlSocket: /tmp/unused.sock
+listeners:
+  - {name: web, address: %q}
+  - {name: echo, address: %q, protocol: tcp}
+backends:
+  - {name: app, static: ["127.0.0.1:9"]}
+routes:
+  - {listener: web, backend: app}
+  - {listener: echo, backend: app}
+`, copies[0].Addr(), copies[1].Addr())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(cfg, zaptest.NewLogger(t))
+	if err := p.Serve(ls); err != nil {
+		t.Fatal(err)
+	}
+	p.StopAccepting(false)
+	for _, other := range copies {
+		// Enough connections that a worker still accepting would take
+		// some before the test's own accepts.
+		dialled := map[string]bool{}
+		for range 20 {
+			c, err := net.Dial("tcp", other.Addr().String())
+			if err != nil {
+				t.Fatalf("dial %s: %v", other.Addr(), err)
+			}
+			defer c.Close()
+			dialled[c.LocalAddr().String()] = true
+		}
+		other.(*net.TCPListener).SetDeadline(time.Now().Add(5 * time.Second))
+		for len(dialled) > 0 {
+			got, err := other.Accept()
+			if err != nil {
+				t.Fatalf("%s: %d connections made after StopAccepting were not left in the queue: %v", other.Addr(), len(dialled), err)
+			}
+			got.Close()
+			if !dialled[got.RemoteAddr().String()] {
+				t.Fatalf("%s: accepted %s, not dialled here", other.Addr(), got.RemoteAddr())
+			}
+			delete(dialled, got.RemoteAddr().String())
+		}
+	}
+	if n := p.Stats().Accepted; n != 0 {
+		t.Errorf("accepted %d after StopAccepting", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p.Drain(ctx, false)
+}
+
 func waitDraining(t *testing.T, p *Proxy) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

@@ -125,6 +125,7 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 		w.Fail(err.Error())
 		return err
 	}
+	w.AckDrains()
 	if err := w.Ready(); err != nil {
 		return fmt.Errorf("say ready: %w", err)
 	}
@@ -169,6 +170,10 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 	}
 	dctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	p.StopAccepting(closing)
+	if err := w.StoppedAccepting(); err != nil {
+		log.Warn("telling the supervisor this worker stopped accepting", zap.Error(err))
+	}
 	p.Drain(dctx, closing)
 	close(stop)
 	<-reported

@@ -264,7 +264,7 @@ func (s *Supervisor) adoptGeneration(id uint64, orphans []*orphan, cfg *Config) 
 		}
 		o.conn.SetDeadline(time.Time{})
 		now := time.Now()
-		p := &proc{slot: sl, p: ap, conn: o.conn, startedAt: now, readDone: make(chan struct{})}
+		p := &proc{slot: sl, p: ap, conn: o.conn, startedAt: now, readDone: make(chan struct{}), acks: o.msg.Acks}
 		sl.proc, sl.pid, sl.state, sl.startedAt, sl.readyAt, sl.lastSeen = p, o.pid, WorkerReady, now, now, now
 		s.owned.Add(2)
 		go s.readProc(p)

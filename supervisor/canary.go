@@ -160,7 +160,7 @@ func (s *Supervisor) startCanaryReload(ev reloadEvent) {
 	case st.canary != nil:
 		s.finishHandoff(h, OutcomeRefused, s.canaryBusy())
 		return
-	case st.active == nil || st.starting != nil || len(st.pending) > 0:
+	case st.active == nil || st.starting != nil || st.finishing != nil || len(st.pending) > 0:
 		s.finishHandoff(h, OutcomeRefused, "a handoff is running: start the canary once it is done")
 		return
 	}
@@ -254,7 +254,7 @@ func (s *Supervisor) canaryVerdict(promote bool, by, reason string, reply chan H
 		}
 		old.drainedBy = h
 		s.drain(old, fmt.Sprintf("canary generation %d promoted (%s): %s", g.id, by, reason), time.Now().Add(g.cfg.DrainTimeout))
-		s.finishHandoff(h, OutcomeOK, reason)
+		s.finishAfterStop(h, OutcomeOK, reason, old)
 	} else {
 		h.Canary.Verdict = "aborted"
 		st.sockets.steer(old.plan, nil, 0)
@@ -264,7 +264,7 @@ func (s *Supervisor) canaryVerdict(promote bool, by, reason string, reply chan H
 		}
 		g.drainedBy = h
 		s.drain(g, fmt.Sprintf("canary aborted (%s): %s", by, reason), time.Now().Add(g.cfg.DrainTimeout))
-		s.finishHandoff(h, OutcomeAborted, reason)
+		s.finishAfterStop(h, OutcomeAborted, reason, g)
 	}
 	s.runPending()
 }

@@ -74,6 +74,8 @@ type proc struct {
 	conn      *ipc.Conn
 	startedAt time.Time
 	exited    bool
+	acks      bool          // it answers a drain with ipc.Stopped (ipc.Ready.Acks)
+	stopped   bool          // it said so: it accepts no more
 	readDone  chan struct{} // closed when readProc has delivered everything
 	// killedFor says why the supervisor killed it, if it did.
 	killedFor string
@@ -85,6 +87,18 @@ const readGrace = time.Second
 
 func (sl *slot) log() *zap.Logger {
 	return sl.gen.log.With(zap.Int("slot", sl.index), zap.Int("pid", sl.pid))
+}
+
+// accepting returns the workers of g that may still accept: alive, and
+// not yet said they stopped, of those that say so (ipc.Ready.Acks).
+func (g *generation) accepting() []*slot {
+	var out []*slot
+	for _, sl := range g.slots {
+		if p := sl.proc; p != nil && !p.exited && p.acks && !p.stopped {
+			out = append(out, sl)
+		}
+	}
+	return out
 }
 
 // live reports whether any process of g runs or waits to restart.
@@ -295,9 +309,15 @@ func (s *Supervisor) handleMessage(p *proc, fr ipc.Frame) {
 	sl.lastSeen = time.Now()
 	switch fr.Type {
 	case ipc.TypeReady:
+		var m ipc.Ready
+		if err := fr.Unmarshal(&m); err != nil {
+			s.handleBroken(p, err)
+			return
+		}
 		if sl.state != WorkerStarting {
 			return
 		}
+		p.acks = m.Acks
 		sl.state = WorkerReady
 		sl.readyAt = time.Now()
 		sl.log().Info("worker ready", zap.Duration("after", sl.readyAt.Sub(sl.startedAt)))
@@ -335,6 +355,9 @@ func (s *Supervisor) handleMessage(p *proc, fr ipc.Frame) {
 			sl.waiting = m.Reason
 			sl.log().Info("worker waiting", zap.String("for", m.Reason))
 		}
+	case ipc.TypeStopped:
+		p.stopped = true
+		s.checkFinishing(time.Now())
 	case ipc.TypeStats:
 		var m ipc.Stats
 		if err := fr.Unmarshal(&m); err != nil {
@@ -415,6 +438,7 @@ func (s *Supervisor) handleExit(p *proc, err error) {
 		sl.state = WorkerFailed
 	}
 	s.settle(g)
+	s.checkFinishing(time.Now())
 }
 
 // backoff returns the wait before restart number n (from 0).
@@ -472,13 +496,18 @@ func (s *Supervisor) promote(g *generation) {
 	// the old generation's when the group was resized).
 	st.sockets.commit(g.plan)
 	st.sockets.steer(g.plan, nil, 0)
-	if old != nil {
-		old.drainedBy = h
-		s.drain(old, fmt.Sprintf("handoff to generation %d", g.id), time.Now().Add(g.cfg.DrainTimeout))
+	if old == nil {
+		s.finishHandoff(h, OutcomeOK, "")
+		s.becameReady()
+		s.runPending()
+		return
 	}
-	s.finishHandoff(h, OutcomeOK, "")
+	old.drainedBy = h
+	s.drain(old, fmt.Sprintf("handoff to generation %d", g.id), time.Now().Add(g.cfg.DrainTimeout))
 	s.becameReady()
-	s.runPending()
+	// Reported once the old workers accept no more: a connection made
+	// after `baton reload` returns is the new generation's.
+	s.finishAfterStop(h, OutcomeOK, "", old)
 }
 
 // becameReady, the first time a generation serves, tells systemd and a
@@ -542,7 +571,7 @@ func (s *Supervisor) drain(g *generation, reason string, deadline time.Time) {
 	g.log.Info("draining generation", zap.String("reason", reason), zap.Time("deadline", deadline))
 	// At a stop the supervisor's sockets are closed before any drain is
 	// sent (beginDrain): the workers' copies are the last.
-	msg := ipc.Drain{Deadline: deadline, Reason: reason, Closing: s.state.stopping && !s.state.upgraded}
+	msg := ipc.Drain{Deadline: deadline, Reason: reason, Closing: s.state.stopping && !s.state.upgraded, Ack: true}
 	for _, sl := range g.slots {
 		switch {
 		case sl.proc != nil:

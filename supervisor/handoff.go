@@ -60,6 +60,56 @@ func (s *Supervisor) finishHandoff(h *handoff, outcome Outcome, reason string) {
 	h.answer()
 }
 
+// StopAckTimeout bounds how long a handoff waits for the workers it
+// drained to say that they accept no more (ipc.Stopped) before it reports
+// its outcome regardless.
+const StopAckTimeout = 2 * time.Second
+
+// finishing is a handoff decided but not reported yet: until the workers
+// of the generation it drained accept no more, a new connection may still
+// reach one of them, and be served by the old config.
+type finishing struct {
+	h       *handoff
+	outcome Outcome
+	reason  string
+	drained *generation
+	by      time.Time // StopAckTimeout after the drain
+}
+
+// finishAfterStop finishes h once every worker of drained, just told to
+// drain, has stopped accepting or exited, or StopAckTimeout has passed.
+// Workers that never say so (of a baton before ipc.Stopped) are not
+// waited for. Reloads queued meanwhile wait for it.
+func (s *Supervisor) finishAfterStop(h *handoff, outcome Outcome, reason string, drained *generation) {
+	s.state.finishing = &finishing{h: h, outcome: outcome, reason: reason, drained: drained, by: time.Now().Add(StopAckTimeout)}
+	s.checkFinishing(time.Now())
+}
+
+// checkFinishing finishes the handoff waiting for its drained workers
+// when none of them accepts any more, or when its time is up.
+func (s *Supervisor) checkFinishing(now time.Time) {
+	st := &s.state
+	f := st.finishing
+	if f == nil {
+		return
+	}
+	left := f.drained.accepting()
+	if len(left) > 0 && now.Before(f.by) {
+		return
+	}
+	if len(left) > 0 {
+		pids := make([]int, len(left))
+		for i, sl := range left {
+			pids[i] = sl.pid
+		}
+		f.drained.log.Warn("draining workers did not say they stopped accepting; reporting the handoff regardless",
+			zap.Ints("pids", pids), zap.Duration("waited", StopAckTimeout))
+	}
+	st.finishing = nil
+	s.finishHandoff(f.h, f.outcome, f.reason)
+	s.runPending()
+}
+
 // answer sends h's record to everyone waiting for it.
 func (h *handoff) answer() {
 	for _, r := range h.replies {
@@ -111,7 +161,7 @@ func (s *Supervisor) handleReload(ev reloadEvent) {
 		return
 	}
 	st.pending = append(st.pending, ev)
-	if st.starting == nil {
+	if st.starting == nil && st.finishing == nil {
 		s.runPending()
 	} else {
 		s.log.Info("reload queued behind the running handoff", zap.String("trigger", ev.trigger), zap.Int("queued", len(st.pending)))
@@ -122,7 +172,7 @@ func (s *Supervisor) handleReload(ev reloadEvent) {
 // and each gets the outcome of that one handoff.
 func (s *Supervisor) runPending() {
 	st := &s.state
-	if len(st.pending) == 0 || st.stopping || st.starting != nil {
+	if len(st.pending) == 0 || st.stopping || st.starting != nil || st.finishing != nil {
 		return
 	}
 	evs := st.pending

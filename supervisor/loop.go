@@ -22,6 +22,7 @@ type loopState struct {
 	nextGen         uint64
 	active          *generation
 	starting        *generation
+	finishing       *finishing    // a handoff waiting for its drained workers to stop accepting
 	canary          *generation   // serving beside active, if any
 	handoffs        []*handoff    // the last HistoryLength
 	handoffSeq      int           // the last handoff's ID
@@ -299,6 +300,9 @@ func (s *Supervisor) nextDeadline() time.Time {
 	consider(st.ticketRotateAt)
 	consider(st.controlCheckAt)
 	consider(st.sampleAt)
+	if st.finishing != nil {
+		consider(st.finishing.by)
+	}
 	if st.canary != nil {
 		consider(st.canary.canary.verdictAt)
 	}
@@ -336,6 +340,7 @@ func (s *Supervisor) nextDeadline() time.Time {
 func (s *Supervisor) checkDeadlines(now time.Time) {
 	st := &s.state
 	s.judgeCanary(now)
+	s.checkFinishing(now)
 	if !st.ticketRotateAt.IsZero() && !now.Before(st.ticketRotateAt) {
 		s.rotateTickets(now)
 	}

@@ -275,6 +275,84 @@ func TestHandoffDrainsOldGenerationOnlyWhenNewIsReady(t *testing.T) {
 	}
 }
 
+// TestHandoffReportedOnceOldWorkersStopAccepting checks that a handoff
+// is reported only when every old worker that promised to (ipc.Ready.Acks)
+// has said it accepts no more, or has exited: until then a connection
+// made after `baton reload` returned could reach the old config.
+func TestHandoffReportedOnceOldWorkersStopAccepting(t *testing.T) {
+	h := newHarness(t, 3, nil)
+	readyAcking := func() []*fakeProc {
+		var ps []*fakeProc
+		for range 3 {
+			p := h.next()
+			p.w.AckDrains()
+			p.ready(t)
+			ps = append(ps, p)
+		}
+		return ps
+	}
+	old := readyAcking()
+	h.waitStatus("generation 1 active", func(st Status) bool { return st.ActiveGeneration == 1 })
+
+	done := h.reloadAsync()
+	cur := readyAcking()
+	for _, p := range old {
+		<-p.w.Draining()
+		if !p.w.DrainInfo().Ack {
+			t.Fatalf("drain without Ack: %+v", p.w.DrainInfo())
+		}
+	}
+	if err := old[0].w.StoppedAccepting(); err != nil {
+		t.Fatal(err)
+	}
+	old[1].exit(nil) // exited without saying so: it accepts no more either
+	// A reload asked meanwhile waits for this handoff to be reported.
+	next := h.reloadAsync()
+	st := h.waitStatus("a reload queued", func(st Status) bool { return st.PendingReloads == 1 })
+	if st.ActiveGeneration != 2 || st.PendingHandoff == nil || st.PendingHandoff.To != 2 || len(st.Handoffs) != 1 {
+		t.Fatalf("handoff reported while worker %d may still accept: active %d, pending %+v, decided %+v", old[2].pid, st.ActiveGeneration, st.PendingHandoff, st.Handoffs)
+	}
+	select {
+	case ho := <-done:
+		t.Fatalf("reload answered while worker %d may still accept: %+v", old[2].pid, ho)
+	default:
+	}
+	if err := old[2].w.StoppedAccepting(); err != nil {
+		t.Fatal(err)
+	}
+	if ho := wait(t, done); ho.Outcome != OutcomeOK || ho.To != 2 {
+		t.Fatalf("handoff = %+v", ho)
+	}
+	for range 3 {
+		h.next().ready(t)
+	}
+	for _, p := range cur {
+		<-p.w.Draining()
+		if err := p.w.StoppedAccepting(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ho := wait(t, next); ho.Outcome != OutcomeOK || ho.To != 3 || ho.DurationMs >= StopAckTimeout.Milliseconds() {
+		t.Fatalf("queued handoff = %+v, want ok to 3 once generation 2 stopped accepting", ho)
+	}
+}
+
+// TestHandoffReportedWhenOldWorkersNeverSayTheyStopped checks that a
+// stuck old worker delays the report by StopAckTimeout at most.
+func TestHandoffReportedWhenOldWorkersNeverSayTheyStopped(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	p := h.next()
+	p.w.AckDrains()
+	p.ready(t)
+	h.waitStatus("generation 1 active", func(st Status) bool { return st.ActiveGeneration == 1 })
+	done := h.reloadAsync()
+	h.next().ready(t)
+	ho := wait(t, done)
+	if ho.Outcome != OutcomeOK || ho.DurationMs < StopAckTimeout.Milliseconds() {
+		t.Fatalf("handoff = %+v, want ok after at least %s", ho, StopAckTimeout)
+	}
+}
+
 func TestFailingWorkerRollsBack(t *testing.T) {
 	for _, tc := range []struct {
 		name   string

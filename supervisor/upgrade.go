@@ -67,7 +67,7 @@ func (s *Supervisor) handleUpgrade(reply chan error) {
 	case st.stopping:
 		answer(ErrStopping)
 		return
-	case st.upgrading || st.starting != nil || !st.ready:
+	case st.upgrading || st.starting != nil || st.finishing != nil || !st.ready:
 		answer(ErrUpgrading)
 		return
 	case st.canary != nil:
