@@ -36,11 +36,7 @@ func readLines(path string) []string {
 // SIGUSR1 after a rotation, and Apache's combined format after a reload.
 func TestAccessLog(t *testing.T) {
 	be := startBackend(t)
-	dead := func() string {
-		ln, _ := net.Listen("tcp", "127.0.0.1:0")
-		defer ln.Close()
-		return ln.Addr().String()
-	}()
+	dead := refusingAddr(t)
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "access.log")
 	base := options{workers: 2, reusePort: true}.configYAML(be)

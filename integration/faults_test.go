@@ -168,11 +168,7 @@ func silentBackend(t *testing.T) string {
 // failure is logged once with its backend, endpoint and cause; and a pooled
 // connection idle past idleTimeout is closed (issue 8, problem 9).
 func TestBackendTimeouts(t *testing.T) {
-	refused := func() string {
-		ln, _ := net.Listen("tcp", "127.0.0.1:0")
-		defer ln.Close()
-		return ln.Addr().String()
-	}()
+	refused := refusingAddr(t)
 	var closed atomic.Int64
 	idle := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	idle.Config.ConnState = func(_ net.Conn, s http.ConnState) {

@@ -13,6 +13,7 @@ import (
 	"github.com/baton-proxy/baton/integration/internal/backend"
 	"github.com/baton-proxy/baton/integration/internal/harness"
 	"github.com/baton-proxy/baton/supervisor"
+	"golang.org/x/sys/unix"
 )
 
 // batonBin is the baton binary every test runs, built once by TestMain (with
@@ -133,4 +134,27 @@ func waitDrained(t testing.TB, b *batonProc, timeout time.Duration) {
 		}
 		return true
 	})
+}
+
+// refusingAddr returns a loopback address that refuses connections for
+// the rest of the test: a socket bound to it but not listening, so that
+// no listener the test opens later is given its port (as one closed at
+// once could be: CI saw the "refused" backend time out, its port taken
+// by the blackhole's listener; baton's own listener, bound to port 0,
+// could be given it as well).
+func refusingAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
 }
