@@ -119,6 +119,9 @@ type h1conn struct {
 	// serves it no more.
 	idleAt time.Time
 	parked bool
+	// resumed: the connection came out of the idle set, and goes back
+	// as soon as it would wait (serveInline).
+	resumed bool
 }
 
 // bodyState says how much of a request's body was read ahead.
@@ -188,12 +191,17 @@ func (hc *h1conn) serveRequests(first bool) {
 // (readRequestHead reads the rest, under ReadHeaderTimeout). A connection
 // that waits longer than parkAfter for its next request is parked in the
 // frontend's idle set (done, with hc.parked): it waits there with no
-// goroutine, and another serves it once its request comes (resume).
+// goroutine, and another serves it once its request comes (resume). A
+// resumed one goes back at once, without the wait: it has been idle
+// before, and waiting in the runtime's poller would cost it the
+// registration there and its undoing at the next park, which make system
+// calls the scheduler is told of, which wake its monitor (docs/design.md,
+// "What waking a parked connection costs").
 func (hc *h1conn) serveInline(sc *sockConn) (head []byte, done bool, err error) {
 	idle := hc.f.p.cfg.HTTP.IdleTimeout.Std()
 	wait := idle // how long a wait in the session lasts
 	if hc.f.idle != nil {
-		wait = min(idle, parkAfter)
+		wait = min(idle, time.Duration(hc.f.idle.after.Load()))
 	}
 	// The session's wait begins with a look at the read deadline: the
 	// one the last request's head was read under may have passed while
@@ -209,6 +217,7 @@ func (hc *h1conn) serveInline(sc *sockConn) (head []byte, done bool, err error) 
 		hc.rd.SetDeadline(now.Add(wait))
 	}
 	drained := false // the last read left the socket empty
+	parkNow := false
 	step := func() bool {
 		for {
 			if len(hc.rd.Buffered()) == 0 {
@@ -228,6 +237,10 @@ func (hc *h1conn) serveInline(sc *sockConn) (head []byte, done bool, err error) 
 					}
 					drained = false     // the next step follows input, or a deadline
 					hc.releaseBuffers() // nothing buffered, nothing unsent: the wait holds none
+					if hc.resumed && hc.state.Load() == connIdle {
+						parkNow = true // back to the idle set, now
+						return true
+					}
 					return false
 				}
 				short, rerr := hc.rd.FillFrom(sc.readNow)
@@ -262,6 +275,16 @@ func (hc *h1conn) serveInline(sc *sockConn) (head []byte, done bool, err error) 
 	}
 	for {
 		werr := sc.readSession(step)
+		if parkNow {
+			parkNow = false
+			if hc.f.park(hc, sc) {
+				return nil, true, nil
+			}
+			// Refused (the frontend drains): wait here, as a connection
+			// that does not park.
+			hc.resumed = false
+			continue
+		}
 		if err == nil {
 			err = werr
 		}

@@ -109,7 +109,7 @@ func (f *httpFrontend) resume(fd int, rec *parkedConn) {
 	}
 	sc.lazyNoDelay, sc.wrote = !rec.noDelay, rec.wrote
 	hc := f.attach(sc, nil)
-	hc.closeAsked, hc.requests = false, int(rec.requests)
+	hc.closeAsked, hc.requests, hc.resumed = false, int(rec.requests), true
 	defer hc.finish()
 	hc.serveRequests(false)
 }
@@ -125,6 +125,7 @@ func (f *httpFrontend) attach(c net.Conn, tc *tls.Conn) *h1conn {
 	hc.c, hc.cw.c, hc.tls = c, c, tc
 	hc.peer.reset(tc)
 	hc.wdl = time.Time{}
+	hc.resumed = false
 	hc.state.Store(connActive)
 	hc.setClient(c.RemoteAddr())
 	f.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -56,6 +57,10 @@ type idleSet struct {
 	waitFn func(uintptr) bool
 	done   chan struct{} // closed when run returns
 
+	// after is how long a connection waits for its next request before
+	// it parks (nanoseconds): parkAfter, unless a test changes it.
+	after atomic.Int64
+
 	mu     sync.Mutex   // protects the fields below
 	byFD   []parkedConn // by descriptor; seq 0: none
 	n      int          // how many are parked
@@ -91,6 +96,7 @@ func newIdleSet(f *httpFrontend) (*idleSet, error) {
 		return nil, fmt.Errorf("idle connections: %w", err)
 	}
 	s := &idleSet{f: f, epfd: epfd, ep: ep, rc: rc, done: make(chan struct{})}
+	s.after.Store(int64(parkAfter))
 	s.waitFn = s.collect
 	go s.run()
 	return s, nil
@@ -107,10 +113,11 @@ func (s *idleSet) park(fd int, rec parkedConn) bool {
 	if s.closed {
 		return false
 	}
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
+	r, _, e := unix.RawSyscall(unix.SYS_FCNTL, uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if e != 0 {
 		return false
 	}
+	dup := int(r)
 	s.seq++
 	if s.seq == 0 {
 		s.seq++
@@ -120,8 +127,8 @@ func (s *idleSet) park(fd int, rec parkedConn) bool {
 	// came meanwhile: epoll reports it) finds the record. One event, then
 	// the descriptor is off until it is deleted (EPOLLONESHOT).
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(dup), Pad: int32(rec.seq)}
-	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_ADD, dup, &ev); err != nil {
-		unix.Close(dup)
+	if epollCtl(s.epfd, unix.EPOLL_CTL_ADD, dup, &ev) != 0 {
+		unix.RawSyscall(unix.SYS_CLOSE, uintptr(dup), 0, 0)
 		return false
 	}
 	if dup >= len(s.byFD) {
@@ -188,9 +195,12 @@ func (s *idleSet) run() {
 func (s *idleSet) collect(uintptr) bool {
 	var n int
 	for {
-		var err error
-		n, err = unix.EpollWait(s.epfd, s.events[:], 0)
-		if err != unix.EINTR {
+		r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(s.epfd), uintptr(unsafe.Pointer(&s.events[0])), uintptr(len(s.events)), 0, 0, 0)
+		if e != unix.EINTR {
+			n = int(r)
+			if e != 0 {
+				n = 0
+			}
 			break
 		}
 	}
@@ -211,7 +221,7 @@ func (s *idleSet) collect(uintptr) bool {
 // wake takes w's socket out of the epoll instance and serves it in a
 // goroutine of the frontend's pool.
 func (s *idleSet) wake(w woken) {
-	unix.EpollCtl(s.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
+	epollCtl(s.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
 	s.f.gp.Go(func() { s.f.resume(w.fd, &w.rec) })
 }
 
@@ -240,8 +250,8 @@ func (s *idleSet) end(w woken) {
 		s.wake(w)
 		return
 	}
-	unix.EpollCtl(s.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
-	unix.Close(w.fd) // no input unread: a FIN, not a reset
+	epollCtl(s.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
+	unix.RawSyscall(unix.SYS_CLOSE, uintptr(w.fd), 0, 0) // no input unread: a FIN, not a reset
 	s.f.closed()
 }
 
@@ -269,6 +279,17 @@ func (s *idleSet) stop() {
 	s.closeAll()
 	s.ep.Close()
 	<-s.done
+}
+
+// epollCtl is epoll_ctl(2), raw: the idle set's system calls never block
+// (epoll_ctl, epoll_pwait with a zero timeout, fcntl, close), so they are
+// not announced to the scheduler, as sockConn's are not. An announced one
+// wakes the runtime's monitor thread (sysmon) when the process was idle,
+// and it then polls every 20 µs for a while: on the wake of every parked
+// connection (docs/design.md, "What waking a parked connection costs").
+func epollCtl(epfd, op, fd int, ev *unix.EpollEvent) unix.Errno {
+	_, _, e := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
+	return e
 }
 
 // fdPending reports whether socket fd has input to read. Raw, as

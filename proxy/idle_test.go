@@ -81,6 +81,59 @@ func TestIdleConnectionsPark(t *testing.T) {
 	waitUntil(t, "the connections gone", func() bool { return parked(p) == 0 && p.stats.conns.Load() == 0 })
 }
 
+// A connection served out of the idle set goes back to it as soon as it
+// waits, not after parkAfter: its wait in the runtime's poller (os.File,
+// registration, a close told to the scheduler) doubled the CPU of a
+// request on an idle connection and made its p50 50% slower than nginx's
+// (docs/design.md, "What waking a parked connection costs"). Its
+// requests are served all the same, pipelined ones too, and during a
+// drain one is answered with Connection: close.
+func TestResumedConnectionParksAtOnce(t *testing.T) {
+	p, web, _ := startProxy(t, webConfig(hostOf(okBackend(t))))
+	c, br := dialWeb(t, web)
+	if resp := rawGet(t, c, br); resp.StatusCode != 200 {
+		t.Fatalf("first request: %d", resp.StatusCode)
+	}
+	waitUntil(t, "the connection parked", func() bool { return parked(p) == 1 })
+	// From now on only a connection that comes out of the set parks
+	// within the test's time.
+	p.https[0].idle.after.Store(int64(time.Hour))
+	for i := range 3 {
+		if resp := rawGet(t, c, br); resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("request %d after the park: %d, close %v", i, resp.StatusCode, resp.Close)
+		}
+		waitUntil(t, "the connection back in the idle set", func() bool { return parked(p) == 1 })
+	}
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	for i := range 2 {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("pipelined request %d: %v %v", i, resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	waitUntil(t, "back in the idle set after the pipelined requests", func() bool { return parked(p) == 1 })
+
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p.Drain(ctx, false)
+	}()
+	// The drain's grace (300ms here) holds the parked connection open: a
+	// request now is answered, with Connection: close.
+	waitDraining(t, p)
+	if resp := rawGet(t, c, br); resp.StatusCode != 200 || !resp.Close {
+		t.Errorf("request during the drain: %d, close %v; want 200 with Connection: close", resp.StatusCode, resp.Close)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("after Connection: close: %v, want EOF", err)
+	}
+	<-drained
+}
+
 // A parked connection whose client closes is closed, and no longer
 // counted; one whose request arrives in pieces is served once the head is
 // whole; pipelined requests that wake it are all answered.
