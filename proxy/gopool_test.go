@@ -14,11 +14,11 @@ func TestGoPool(t *testing.T) {
 	p := newGoPool(2)
 	var ran atomic.Int32
 	var wg sync.WaitGroup
-	waitIdle := func(want int32) {
+	waitIdle := func(want int) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); p.idle.Load() != want; time.Sleep(time.Millisecond) {
+		for deadline := time.Now().Add(5 * time.Second); p.idle() != want; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d goroutines wait, want %d", p.idle.Load(), want)
+				t.Fatalf("%d goroutines wait, want %d", p.idle(), want)
 			}
 		}
 	}
