@@ -143,6 +143,13 @@ func waitDrained(t testing.TB, b *batonProc, timeout time.Duration) {
 // by the blackhole's listener; baton's own listener, bound to port 0,
 // could be given it as well).
 func refusingAddr(t *testing.T) string {
+	_, addr := boundSocket(t)
+	return addr
+}
+
+// boundSocket returns a TCP socket bound to a free loopback port, not
+// listening, and its address; it is closed when t ends.
+func boundSocket(t *testing.T) (fd int, addr string) {
 	t.Helper()
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -156,5 +163,5 @@ func refusingAddr(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
+	return fd, fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/integration/internal/harness"
+	"github.com/baton-proxy/baton/internal/epollset"
 	"github.com/baton-proxy/baton/supervisor"
 )
 
@@ -46,7 +47,11 @@ func TestSocketActivation(t *testing.T) {
 	}
 	// The supervisor holds the socket (descriptor 3) without watching it:
 	// in its runtime's poller it would wake at every connection.
-	if watched := epollWatched(t, b.Cmd.Process.Pid); watched[3] {
+	watched, err := epollset.Watched(b.Cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if watched[3] {
 		t.Errorf("the supervisor's epoll set watches the activated socket (descriptor 3)")
 	}
 	getOK(t, http.DefaultClient, "http://"+addr+"/")
@@ -54,39 +59,6 @@ func TestSocketActivation(t *testing.T) {
 		t.Fatalf("handoff: %+v", h)
 	}
 	getOK(t, http.DefaultClient, "http://"+addr+"/")
-}
-
-// epollWatched returns the descriptors that process pid's epoll instances
-// watch, from /proc/PID/fdinfo. It fails t when pid has none.
-func epollWatched(t *testing.T, pid int) map[int]bool {
-	t.Helper()
-	dir := fmt.Sprintf("/proc/%d/fd", pid)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	watched := map[int]bool{}
-	polls := 0
-	for _, e := range ents {
-		if target, _ := os.Readlink(filepath.Join(dir, e.Name())); target != "anon_inode:[eventpoll]" {
-			continue
-		}
-		polls++
-		info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, e.Name()))
-		if err != nil {
-			continue // closed meanwhile
-		}
-		for line := range strings.Lines(string(info)) {
-			var tfd int
-			if _, err := fmt.Sscanf(line, "tfd: %d", &tfd); err == nil {
-				watched[tfd] = true
-			}
-		}
-	}
-	if polls == 0 {
-		t.Fatalf("process %d has no epoll instance", pid)
-	}
-	return watched
 }
 
 // notifySocket is a systemd stand-in: a real datagram socket that baton

@@ -554,7 +554,7 @@ func listen(network, address string, reusePort, freeBind bool) (*os.File, error)
 	default:
 		return nil, fmt.Errorf("listen %s %s: unsupported network", network, address)
 	}
-	// Blocking until it is wrapped, below.
+	// Blocking until it is wrapped (unpolled).
 	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s %s: socket: %w", network, address, err)
@@ -591,18 +591,32 @@ func listen(network, address string, reusePort, freeBind bool) (*os.File, error)
 	if err := unix.Listen(fd, listenBacklog); err != nil {
 		return fail("listen", err)
 	}
-	// Wrapped while still blocking, the *os.File is not pollable: the
-	// supervisor never accepts on a listening socket, and os.NewFile
-	// would put a non-blocking one in the runtime poller's epoll set,
-	// which then woke the supervisor at every connection queued for the
-	// workers (13,107 epoll waits and 0.42 s of its CPU over 5 s of
-	// 5,400 new connections a second: docs/design.md). No other process
-	// holds fd yet, so its mode can change; the workers need it
-	// non-blocking.
-	f := os.NewFile(uintptr(fd), fmt.Sprintf("listener %s %s", network, address))
+	f, err := unpolled(fd, fmt.Sprintf("listener %s %s", network, address))
+	if err != nil {
+		return nil, fmt.Errorf("listen %s %s: %w", network, address, err)
+	}
+	return f, nil
+}
+
+// unpolled wraps the listening socket fd, which no process accepts on
+// yet, in an *os.File that the runtime's poller does not watch, and makes
+// it non-blocking for the workers. The supervisor never accepts on a
+// listening socket, and os.NewFile puts a non-blocking descriptor in the
+// poller's epoll set, which then woke the supervisor at every connection
+// queued for the workers (13,107 epoll waits and 0.42 s of its CPU over
+// 5 s of 5,400 new connections a second: docs/design.md). Wrapped while
+// blocking, the file is not pollable. The mode belongs to the open file
+// that every holder of the socket shares, which is why nothing may accept
+// on it meanwhile. fd is the file's, or closed on an error.
+func unpolled(fd int, name string) (*os.File, error) {
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("clear O_NONBLOCK: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), name)
 	if err := unix.SetNonblock(fd, true); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("listen %s %s: O_NONBLOCK: %w", network, address, err)
+		return nil, fmt.Errorf("set O_NONBLOCK: %w", err)
 	}
 	return f, nil
 }

@@ -1,13 +1,12 @@
 package supervisor
 
 import (
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
+	"github.com/baton-proxy/baton/internal/epollset"
 	"github.com/baton-proxy/baton/internal/sockfd"
 	"golang.org/x/sys/unix"
 )
@@ -61,40 +60,12 @@ func TestListenerNotPolled(t *testing.T) {
 		if flags&unix.O_NONBLOCK == 0 {
 			t.Errorf("%s listener: blocking; the workers' accept4 would block", network)
 		}
-		if watched := epollWatched(t); watched[fd] {
+		watched, err := epollset.Watched(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if watched[fd] {
 			t.Errorf("%s listener: descriptor %d is in the runtime poller's epoll set", network, fd)
 		}
 	}
-}
-
-// epollWatched returns the descriptors that this process's epoll
-// instances watch, from /proc/self/fdinfo.
-func epollWatched(t *testing.T) map[int]bool {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	watched := map[int]bool{}
-	polls := 0
-	for _, e := range ents {
-		if target, _ := os.Readlink("/proc/self/fd/" + e.Name()); target != "anon_inode:[eventpoll]" {
-			continue
-		}
-		polls++
-		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
-		if err != nil {
-			continue // closed meanwhile
-		}
-		for line := range strings.Lines(string(info)) {
-			var tfd int
-			if _, err := fmt.Sscanf(line, "tfd: %d", &tfd); err == nil {
-				watched[tfd] = true
-			}
-		}
-	}
-	if polls == 0 {
-		t.Fatal("no epoll instance in /proc/self/fd: the runtime's poller is not started")
-	}
-	return watched
 }

@@ -45,18 +45,13 @@ func socketActivation() ([]*activated, error) {
 		if v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); err != nil || v != 1 {
 			return nil, fmt.Errorf("socket activation: descriptor %d is not a listening socket", fd)
 		}
-		// Wrapped while blocking, so that the runtime's poller does not
-		// watch it (and wake this process at every connection), then made
-		// non-blocking for the workers, as listen does. No process accepts
-		// on it meanwhile: systemd holds it but does not watch it while the
-		// service runs, and no worker has it yet.
-		if err := unix.SetNonblock(fd, false); err != nil {
+		// Nothing accepts on it yet: systemd holds it but does not watch
+		// it while the service runs, and no worker has it.
+		f, err := unpolled(fd, fmt.Sprintf("systemd socket %d", fd))
+		if err != nil {
 			return nil, fmt.Errorf("socket activation: descriptor %d: %w", fd, err)
 		}
-		a := &activated{file: os.NewFile(uintptr(fd), fmt.Sprintf("systemd socket %d", fd))}
-		if err := unix.SetNonblock(fd, true); err != nil {
-			return nil, fmt.Errorf("socket activation: descriptor %d: %w", fd, err)
-		}
+		a := &activated{file: f}
 		if i < len(names) {
 			a.name = names[i]
 		}
