@@ -153,6 +153,13 @@ type ListenerInfo struct {
 	// Sockets are the indexes, in the listener's reuseport group, of the
 	// sockets given to this worker; one descriptor each.
 	Sockets []int `json:"sockets"`
+	// Helps names those of Sockets that other workers of the generation
+	// accept on as their own. The worker takes a connection from them
+	// only when it is free, one at a time, so that a connection steered
+	// to a worker that is busy or off its core waits for it no longer
+	// than for another (see proxy's rawListener). A worker that ignores
+	// it accepts on them as on its own.
+	Helps []int `json:"helps,omitempty"`
 }
 
 // Ready tells the supervisor that the worker serves on every listener.

@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -184,6 +185,9 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 				ln = newRawListener(ln)
 				if rl, ok := ln.(*rawListener); ok {
 					rl.bare = loopServes(lc)
+					if slices.Contains(l.Helps, idx) {
+						rl.helps, rl.spare = true, p.spareForHelp
+					}
 				}
 			}
 			got[l.Name] = append(got[l.Name], p.gate(l.Name, idx, ln))
@@ -458,6 +462,15 @@ func defaultMaxConns() int64 {
 	}
 	n := int64(rl.Cur)
 	return max(n-max(64, n/10), 1)
+}
+
+// spareForHelp says whether the worker has room to take connections
+// from the sockets it helps (rawListener.helps): while it holds under
+// half of http.maxConnections. Past that it takes only its own, as
+// steered, so that helping cannot bring it to its limit while the
+// worker it helps has room (the limit refuses a connection at accept).
+func (p *Proxy) spareForHelp() bool {
+	return p.maxConns <= 0 || p.stats.conns.Load() < p.maxConns/2
 }
 
 // refuse closes c, accepted on listener beyond the worker's

@@ -39,6 +39,15 @@ type rawListener struct {
 	// bare: Accept returns *bareConn, a descriptor for a stream loop,
 	// not a *sockConn in the runtime's poller.
 	bare bool
+	// helps: the socket is another worker's own (ipc.ListenerInfo.Helps).
+	// Accept takes one connection a wake-up from it, and none while
+	// spare says no, so that its owner takes what it can and this worker
+	// takes what would wait for an owner that is busy or off its core.
+	helps bool
+	spare func() bool
+	// rest: the connection taken, Accept waits for the socket's next
+	// wake-up before it takes another (helps).
+	rest bool
 
 	// accept's results, bound once as acceptFn so that no closure is
 	// allocated per call.
@@ -110,13 +119,16 @@ func (l *rawListener) stopWaiting() {
 }
 
 // sweep takes the connections queued on the socket now, without waiting,
-// and hands each to handle. It is for a listener whose accept loop has
-// ended (stopWaiting, then the loop's return): it uses the loop's fields.
+// and hands each to handle, a helped socket's as well: its owner is
+// sweeping too, and the socket closes for good. It is for a listener
+// whose accept loop has ended (stopWaiting, then the loop's return): it
+// uses the loop's fields.
 func (l *rawListener) sweep(handle func(net.Conn)) {
 	rc, err := l.TCPListener.SyscallConn()
 	if err != nil {
 		return
 	}
+	l.helps, l.rest = false, false
 	for {
 		l.nfd, l.aerr = -1, 0
 		got := false
@@ -136,14 +148,25 @@ func (l *rawListener) sweep(handle func(net.Conn)) {
 	}
 }
 
-// accept takes one connection; false means "none yet: wait".
+// accept takes one connection; false means "none yet: wait". From a
+// socket it helps, it takes one a wake-up (the first call after a
+// connection was taken waits), and only while the worker has room.
 func (l *rawListener) accept(fd uintptr) bool {
+	if l.helps {
+		if l.rest {
+			l.rest = false
+			return false
+		}
+		if l.spare != nil && !l.spare() {
+			return false
+		}
+	}
 	for {
 		l.rsaLen = uint32(unsafe.Sizeof(l.rsa))
 		r, _, e := unix.RawSyscall6(unix.SYS_ACCEPT4, fd, uintptr(unsafe.Pointer(&l.rsa)), uintptr(unsafe.Pointer(&l.rsaLen)), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
 		switch e {
 		case 0:
-			l.nfd = int(r)
+			l.nfd, l.rest = int(r), l.helps
 			return true
 		case unix.EINTR:
 			continue

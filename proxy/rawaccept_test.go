@@ -239,3 +239,69 @@ func TestDialRaw(t *testing.T) {
 		t.Error("a name was dialled: the caller resolves names")
 	}
 }
+
+// A socket the worker helps with (ipc.ListenerInfo.Helps) is its owner's
+// first: the helper takes one connection a wake-up, so that it takes what
+// would wait for a busy or stopped owner without taking a whole burst,
+// none while it lacks room, and all of them at the final sweep.
+func TestRawListenerHelps(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl := newRawListener(ln).(*rawListener)
+	t.Cleanup(func() { rl.Close() })
+	room := true
+	rl.helps, rl.spare = true, func() bool { return room }
+	dial := func() {
+		t.Helper()
+		c, err := net.Dial("tcp4", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	// takeAll accepts until the wait passes its deadline.
+	takeAll := func() int {
+		t.Helper()
+		rl.SetDeadline(time.Now().Add(200 * time.Millisecond))
+		defer rl.SetDeadline(time.Time{})
+		for n := 0; ; n++ {
+			c, err := rl.Accept()
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return n
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+		}
+	}
+	const queued = 4
+	for range queued {
+		dial()
+	}
+	// The four arrived before the first wait: one wake-up (the socket's
+	// readiness when it joined the poller), so at most two are taken, the
+	// one before the wait and the one after it.
+	taken := takeAll()
+	if taken < 1 || taken > 2 {
+		t.Fatalf("helper took %d of %d queued connections with no new arrival, want 1 or 2", taken, queued)
+	}
+	dial() // a new arrival wakes the helper: it takes one more
+	if n := takeAll(); n != 1 {
+		t.Fatalf("helper took %d connections after one arrival, want 1", n)
+	}
+	room = false // past half of http.maxConnections: none
+	dial()
+	if n := takeAll(); n != 0 {
+		t.Fatalf("helper without room took %d connections, want 0", n)
+	}
+	// The sweep (the socket closes for good) takes everything left.
+	rl.stopWaiting()
+	swept := 0
+	rl.sweep(func(c net.Conn) { swept++; c.Close() })
+	if left := queued + 2 - taken - 1; swept != left {
+		t.Errorf("sweep took %d connections, want the %d left", swept, left)
+	}
+}

@@ -190,7 +190,8 @@ func (s *Supervisor) adoptGeneration(id uint64, orphans []*orphan, cfg *Config) 
 	gcfg.Payload = first.Config
 	g := &generation{id: id, state: GenActive, cfg: &gcfg, binary: s.opts.Binary, startedAt: time.Now(), plan: &plan{}}
 	g.log = s.log.With(zap.Uint64("generation", g.id))
-	// Sockets: each orphan sent the ones of its slot.
+	// Sockets: each orphan sent the ones it held (its slot's, and those it
+	// helps with): copies of one socket are closed but one.
 	groups := make(map[string]*group)
 	for _, o := range orphans {
 		i := 0

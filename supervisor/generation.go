@@ -233,7 +233,8 @@ func (s *Supervisor) helloFor(sl *slot) (ipc.Hello, []*os.File) {
 	hello.Routing = s.state.routing != nil
 	var files []*os.File
 	for _, pl := range g.plan.listeners {
-		idx := socketsForSlot(sl.index, len(g.slots), len(pl.sockets))
+		idx, helps := socketsForSlot(sl.index, len(g.slots), len(pl.sockets)), helpedSockets(sl.index, len(g.slots), len(pl.sockets))
+		idx = append(idx, helps...)
 		hello.Listeners = append(hello.Listeners, ipc.ListenerInfo{
 			Name:      pl.spec.Name,
 			Key:       pl.group.key,
@@ -243,6 +244,7 @@ func (s *Supervisor) helloFor(sl *slot) (ipc.Hello, []*os.File) {
 			ReusePort: pl.group.reusePort,
 			GroupSize: len(pl.sockets),
 			Sockets:   idx,
+			Helps:     helps,
 		})
 		for _, i := range idx {
 			files = append(files, pl.sockets[i].file)

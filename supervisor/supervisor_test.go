@@ -240,7 +240,11 @@ func TestHandoffDrainsOldGenerationOnlyWhenNewIsReady(t *testing.T) {
 	h := newHarness(t, 2, nil)
 	old := h.readyGeneration(2)
 	for i, p := range old {
-		if p.hello.Generation != 1 || p.hello.Slot != i || p.hello.Workers != 2 || p.hello.Files() != 1 || string(p.hello.Config) != `{"hello":"worker"}` {
+		// Two sockets: the slot's own, and the other's, which it helps with.
+		if l := p.hello.Listeners[0]; len(l.Sockets) != 2 || l.Sockets[0] != i || !slices.Equal(l.Helps, []int{1 - i}) {
+			t.Fatalf("hello %d: listener sockets %v, helps %v; want [%d %d], [%d]", i, l.Sockets, l.Helps, i, 1-i, 1-i)
+		}
+		if p.hello.Generation != 1 || p.hello.Slot != i || p.hello.Workers != 2 || p.hello.Files() != 2 || string(p.hello.Config) != `{"hello":"worker"}` {
 			t.Fatalf("hello %d = %+v", i, p.hello)
 		}
 	}
@@ -558,6 +562,19 @@ func TestSocketsForSlot(t *testing.T) {
 		for i := range tc.sockets {
 			if covered[i] == 0 {
 				t.Errorf("workers %d sockets %d: socket %d has no worker", tc.workers, tc.sockets, i)
+			}
+		}
+		// Each worker helps with every socket it does not own: all of
+		// the group's, once each.
+		for slot := range tc.workers {
+			own, helps := socketsForSlot(slot, tc.workers, tc.sockets), helpedSockets(slot, tc.workers, tc.sockets)
+			all := slices.Sorted(slices.Values(append(slices.Clone(own), helps...)))
+			want := make([]int, tc.sockets)
+			for i := range want {
+				want[i] = i
+			}
+			if !slices.Equal(all, want) {
+				t.Errorf("workers %d sockets %d: slot %d owns %v and helps %v, want every socket once", tc.workers, tc.sockets, slot, own, helps)
 			}
 		}
 	}
