@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -39,6 +40,31 @@ type upstreamWork struct {
 	inflight bool
 	seq      uint64
 	seen     uint64
+	watcher  *clientWatcher // counts the HTTP/1.1 requests upstream; nil: none
+}
+
+// clientWatcher lets watchClients sleep while no HTTP/1.1 request is
+// upstream: an idle worker is not woken ten times a second, nor made to
+// look over its idle connections, for nothing.
+type clientWatcher struct {
+	upstream atomic.Int64  // HTTP/1.1 requests upstream now
+	wake     chan struct{} // one buffered: a request went upstream while none was
+	scans    atomic.Int64  // looks over the connections, for tests
+}
+
+func newClientWatcher() *clientWatcher {
+	return &clientWatcher{wake: make(chan struct{}, 1)}
+}
+
+// add counts a request going upstream, and wakes the watcher if it was
+// the only one.
+func (cw *clientWatcher) add() {
+	if cw.upstream.Add(1) == 1 {
+		select {
+		case cw.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // begin readies w for a request of client (nil for an HTTP/2 stream, whose
@@ -49,6 +75,9 @@ func (w *upstreamWork) begin(client net.Conn) {
 	w.inflight = client != nil
 	w.seq++
 	w.mu.Unlock()
+	if client != nil && w.watcher != nil {
+		w.watcher.add()
+	}
 }
 
 // end ends the request's upstream work, and reports whether it was
@@ -56,6 +85,9 @@ func (w *upstreamWork) begin(client net.Conn) {
 func (w *upstreamWork) end() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.inflight && w.watcher != nil {
+		w.watcher.upstream.Add(-1)
+	}
 	w.inflight, w.client, w.up = false, nil, nil
 	return w.aborted
 }
@@ -127,6 +159,7 @@ const clientCheckEvery = 100 * time.Millisecond
 // were upstream at the previous look: a request served faster costs no
 // system call. A client counts as gone, as in nginx, once it has sent its
 // FIN or reset the connection, whatever it sent before.
+// While no request is upstream it sleeps until one goes there.
 func (p *Proxy) watchClients() {
 	tick := time.NewTicker(clientCheckEvery)
 	defer tick.Stop()
@@ -137,6 +170,17 @@ func (p *Proxy) watchClients() {
 		case <-p.stopReaper:
 			return
 		}
+		if p.clients.upstream.Load() == 0 {
+			tick.Stop()
+			select {
+			case <-p.clients.wake:
+			case <-p.stopReaper:
+				return
+			}
+			tick.Reset(clientCheckEvery)
+			continue
+		}
+		p.clients.scans.Add(1)
 		for _, f := range p.https {
 			slow = f.slowRequests(slow[:0])
 			for _, hc := range slow {

@@ -194,3 +194,47 @@ func TestH1SlowBackendKeepsItsClient(t *testing.T) {
 		}
 	}
 }
+
+// watchClients looks over the connections only while a request is
+// upstream: an idle worker is not woken every clientCheckEvery for
+// nothing, and a request that goes upstream wakes it again.
+func TestWatchClientsSleepsWhileIdle(t *testing.T) {
+	release := make(chan struct{})
+	be := newRecordingBackend(t, func(n int, req *recordedRequest, w io.Writer) {
+		if req.RequestURI == "/slow" {
+			<-release
+		}
+		io.WriteString(w, okResponse)
+	})
+	p, web, _ := startProxy(t, webConfig(be.addr()))
+	c, br := dialWeb(t, web)
+	get := func(path string) error {
+		io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	if err := get("/fast"); err != nil {
+		t.Fatal(err)
+	}
+	// Idle but for a fast request (which a first tick may find upstream
+	// still): at most one look in five ticks. Before, one a tick.
+	time.Sleep(5 * clientCheckEvery)
+	if n := p.clients.scans.Load(); n > 1 {
+		t.Fatalf("%d looks at the clients with no request upstream, want at most 1", n)
+	}
+	before := p.clients.scans.Load()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := get("/slow"); err != nil {
+			t.Error(err)
+		}
+	}()
+	waitUntil(t, "looks at the clients while a request is upstream", func() bool { return p.clients.scans.Load() >= before+2 })
+	close(release)
+	<-done
+}

@@ -119,6 +119,7 @@ func (f *httpFrontend) attach(c net.Conn, tc *tls.Conn) *h1conn {
 	hc, _ := f.pool.Get().(*h1conn)
 	if hc == nil {
 		hc = &h1conn{f: f, rd: h1.NewReader(c, f.p.cfg.HTTP.MaxHeaderBytes)}
+		hc.work.watcher = f.p.clients
 	} else {
 		hc.rd.Reset(c)
 	}

@@ -78,7 +78,9 @@ type Proxy struct {
 	// reaper closes idle upstream connections, and watches the clients
 	// of requests upstream (watchClients); Drain ends both.
 	stopReaper chan struct{}
-	stopOnce   sync.Once
+	// clients wakes watchClients while HTTP/1.1 requests are upstream.
+	clients  *clientWatcher
+	stopOnce sync.Once
 	// stopAccepting runs StopAccepting once.
 	stopAccepting sync.Once
 	reaper        sync.WaitGroup
@@ -129,7 +131,7 @@ type counters struct {
 
 // New compiles cfg's backends and routes.
 func New(cfg *config.Config, log *zap.Logger) *Proxy {
-	p := &Proxy{cfg: cfg, log: log, backends: make(map[string]*backend), changed: make(chan struct{}, 1), stopReaper: make(chan struct{})}
+	p := &Proxy{cfg: cfg, log: log, backends: make(map[string]*backend), changed: make(chan struct{}, 1), stopReaper: make(chan struct{}), clients: newClientWatcher()}
 	p.fails.log = log
 	p.badHeaders.log = log
 	p.overLimit.log = log

@@ -42,8 +42,11 @@ type streamLoop struct {
 	mu      sync.Mutex // held while the loop handles events, and to add or close streams
 	sides   map[int32]*loopSide
 	closing bool // drain deadline passed: close, do not start
-	free    [][]byte
-	evs     [64]unix.EpollEvent
+	// asleep: the loop waits with no deadline, having no stream to sweep;
+	// the next stream added sets it.
+	asleep bool
+	free   [][]byte
+	evs    [64]unix.EpollEvent
 	// again holds the streams that used their turn with more to move,
 	// to be moved on after the events at hand; spare is its other half.
 	again, spare []*loopStream
@@ -121,11 +124,19 @@ func newStreamLoop(f *tcpFrontend) (*streamLoop, error) {
 	return &streamLoop{f: f, epfd: fd, file: file, rc: rc, sides: make(map[int32]*loopSide), done: make(chan struct{})}, nil
 }
 
-// run handles the loop's events until stop.
+// run handles the loop's events until stop. With no stream it waits
+// without a deadline: an idle worker is not woken to sweep nothing.
 func (l *streamLoop) run() {
 	defer close(l.done)
 	for {
-		l.file.SetReadDeadline(time.Now().Add(loopSweepEvery))
+		l.mu.Lock()
+		l.asleep = len(l.sides) == 0
+		if l.asleep {
+			l.file.SetReadDeadline(time.Time{})
+		} else {
+			l.file.SetReadDeadline(time.Now().Add(loopSweepEvery))
+		}
+		l.mu.Unlock()
 		err := l.rc.Read(l.step)
 		switch {
 		case err == nil:
@@ -229,6 +240,11 @@ func (l *streamLoop) add(c *bareConn) {
 	if !l.watch(&st.a) {
 		l.end(st)
 		return
+	}
+	if l.asleep {
+		// The stream's deadlines need the sweep.
+		l.asleep = false
+		l.file.SetReadDeadline(time.Now().Add(loopSweepEvery))
 	}
 	if f.passthrough {
 		st.state, st.deadline = stateHello, st.start.Add(f.p.cfg.HTTP.ReadHeaderTimeout.Std())

@@ -219,18 +219,28 @@ routes:
 		t.Fatalf("the backend's answer to a hello in pieces: % x, %v (want a handshake record)", rec, err)
 	}
 
-	silent, err := net.Dial("tcp", tcp)
+	if d, err := silentFor(t, tcp); d < 400*time.Millisecond {
+		t.Errorf("a silent connection closed after %s, before readHeaderTimeout (500ms): %v", d, err)
+	}
+}
+
+// silentFor connects to addr, sends nothing, and returns how long the
+// connection lasted (at most 10 s) and how its read ended. Bytes received
+// fail the test.
+func silentFor(t *testing.T, addr string) (time.Duration, error) {
+	t.Helper()
+	silent, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer silent.Close()
 	start := time.Now()
 	silent.SetDeadline(start.Add(10 * time.Second))
-	if n, err := silent.Read(make([]byte, 1)); err == nil {
+	n, err := silent.Read(make([]byte, 1))
+	if err == nil {
 		t.Fatalf("a silent connection got %d bytes", n)
-	} else if d := time.Since(start); d < 400*time.Millisecond {
-		t.Errorf("a silent connection closed after %s, before readHeaderTimeout (500ms): %v", d, err)
 	}
+	return time.Since(start), err
 }
 
 // One direction moves at most loopTurn before the loop turns to its
@@ -381,4 +391,35 @@ func TestStreamIdleTimeout(t *testing.T) {
 			t.Fatalf("proxyProtocol %v: a stream silent for 5s past a 400ms idleTimeout is still open", proxyProtocol)
 		}
 	}
+}
+
+// A loop with no stream waits without a deadline (an idle worker is not
+// woken four times a second to sweep nothing), and the first stream added
+// to it gets its deadlines all the same: a silent passthrough connection
+// is closed at readHeaderTimeout, then the loop sleeps again.
+func TestStreamLoopSleepsWhileIdle(t *testing.T) {
+	p, _, tcp := startProxy(t, `
+controlSocket: /tmp/unused.sock
+http: {readHeaderTimeout: 300ms}
+listeners:
+  - name: echo
+    address: @TCP@
+    protocol: tcp
+    tls: {mode: passthrough}
+backends:
+  - {name: a, static: ["127.0.0.1:1"]}
+routes:
+  - {listener: echo, host: a.example, backend: a}
+`)
+	l := p.tcps[0].loop
+	asleep := func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.asleep
+	}
+	waitUntil(t, "the loop asleep with no stream", asleep)
+	if d, err := silentFor(t, tcp); d > 5*time.Second {
+		t.Fatalf("a silent connection to an idle loop closed after %s, readHeaderTimeout 300ms: %v", d, err)
+	}
+	waitUntil(t, "the loop asleep again", asleep)
 }
