@@ -363,6 +363,16 @@ connections idle 500 ms, one after the other, 2 workers: p50 0.27-0.29 ms
 (` + "`go run ./integration/cmd/idlewake`" + `; docs/design.md, "What waking a parked
 connection costs").
 
+Short connections lost to nginx less in the workers than in where they
+queued: a reuseport group steers each to a worker in turn, busy or not,
+where nginx's shared socket lets a free worker take it. Each worker now
+also takes, one a wake-up, connections waiting on the other workers'
+sockets (docs/design.md, "Helping"). In alternating 3 s rounds on 2
+cores: short TCP connections from 0.91-0.94x nginx to 0.98-0.99x (p99
+1.47-1.51x to 1.23-1.33x), new connections from 0.985-1.04x to 1.02-1.05x;
+and a stopped worker holds no new connection. Accepting in the stream
+loop itself, as nginx does, gained nothing (tried, not kept).
+
 RSA full handshakes are bounded by the signature: Go's constant-time RSA
 signs (PSS, 2048 bits) in 1.32 ms on this CPU, OpenSSL in 0.30 ms
 (` + "`openssl speed rsa2048`" + `; ` + "`go test -bench`" + ` of rsa.SignPSS). Two cores sign at most
