@@ -67,6 +67,9 @@ func (cw *clientWatcher) add() {
 	}
 }
 
+// done counts a request back from upstream.
+func (cw *clientWatcher) done() { cw.upstream.Add(-1) }
+
 // begin readies w for a request of client (nil for an HTTP/2 stream, whose
 // connection watches itself).
 func (w *upstreamWork) begin(client net.Conn) {
@@ -86,7 +89,7 @@ func (w *upstreamWork) end() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.inflight && w.watcher != nil {
-		w.watcher.upstream.Add(-1)
+		w.watcher.done()
 	}
 	w.inflight, w.client, w.up = false, nil, nil
 	return w.aborted
@@ -158,8 +161,8 @@ const clientCheckEvery = 100 * time.Millisecond
 // (EPOLLRDHUP), baton looks, every clientCheckEvery, at the requests that
 // were upstream at the previous look: a request served faster costs no
 // system call. A client counts as gone, as in nginx, once it has sent its
-// FIN or reset the connection, whatever it sent before.
-// While no request is upstream it sleeps until one goes there.
+// FIN or reset the connection, whatever it sent before. While no request
+// is upstream it sleeps until one goes there.
 func (p *Proxy) watchClients() {
 	tick := time.NewTicker(clientCheckEvery)
 	defer tick.Stop()

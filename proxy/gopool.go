@@ -55,7 +55,7 @@ func (p *goPool) run(fn func()) {
 	}
 }
 
-// idle reports how many goroutines wait.
+// idle reports how many goroutines wait (for tests).
 func (p *goPool) idle() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -188,7 +188,7 @@ func (p *Proxy) Serve(listeners []ipc.Listener) error {
 				if rl, ok := ln.(*rawListener); ok {
 					rl.bare = loopServes(lc)
 					if slices.Contains(l.Helps, idx) {
-						rl.helps, rl.spare = true, p.spareForHelp
+						rl.helping = p.spareForHelp
 					}
 				}
 			}
@@ -467,7 +467,7 @@ func defaultMaxConns() int64 {
 }
 
 // spareForHelp says whether the worker has room to take connections
-// from the sockets it helps (rawListener.helps): while it holds under
+// from the sockets it helps with (rawListener.helping): while it holds under
 // half of http.maxConnections. Past that it takes only its own, as
 // steered, so that helping cannot bring it to its limit while the
 // worker it helps has room (the limit refuses a connection at accept).

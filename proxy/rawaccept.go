@@ -39,14 +39,15 @@ type rawListener struct {
 	// bare: Accept returns *bareConn, a descriptor for a stream loop,
 	// not a *sockConn in the runtime's poller.
 	bare bool
-	// helps: the socket is another worker's own (ipc.ListenerInfo.Helps).
+	// helping, when set, says the socket is another worker's own
+	// (ipc.ListenerInfo.Helps), and whether this worker has room to help.
 	// Accept takes one connection a wake-up from it, and none while
-	// spare says no, so that its owner takes what it can and this worker
-	// takes what would wait for an owner that is busy or off its core.
-	helps bool
-	spare func() bool
+	// helping says no, so that its owner takes what it can and this
+	// worker takes what would wait for an owner that is busy or off its
+	// core.
+	helping func() bool
 	// rest: the connection taken, Accept waits for the socket's next
-	// wake-up before it takes another (helps).
+	// wake-up before it takes another (helping).
 	rest bool
 
 	// accept's results, bound once as acceptFn so that no closure is
@@ -128,7 +129,7 @@ func (l *rawListener) sweep(handle func(net.Conn)) {
 	if err != nil {
 		return
 	}
-	l.helps, l.rest = false, false
+	l.helping, l.rest = nil, false
 	for {
 		l.nfd, l.aerr = -1, 0
 		got := false
@@ -152,12 +153,12 @@ func (l *rawListener) sweep(handle func(net.Conn)) {
 // socket it helps, it takes one a wake-up (the first call after a
 // connection was taken waits), and only while the worker has room.
 func (l *rawListener) accept(fd uintptr) bool {
-	if l.helps {
+	if l.helping != nil {
 		if l.rest {
 			l.rest = false
 			return false
 		}
-		if l.spare != nil && !l.spare() {
+		if !l.helping() {
 			return false
 		}
 	}
@@ -166,7 +167,7 @@ func (l *rawListener) accept(fd uintptr) bool {
 		r, _, e := unix.RawSyscall6(unix.SYS_ACCEPT4, fd, uintptr(unsafe.Pointer(&l.rsa)), uintptr(unsafe.Pointer(&l.rsaLen)), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
 		switch e {
 		case 0:
-			l.nfd, l.rest = int(r), l.helps
+			l.nfd, l.rest = int(r), l.helping != nil
 			return true
 		case unix.EINTR:
 			continue

@@ -252,7 +252,7 @@ func TestRawListenerHelps(t *testing.T) {
 	rl := newRawListener(ln).(*rawListener)
 	t.Cleanup(func() { rl.Close() })
 	room := true
-	rl.helps, rl.spare = true, func() bool { return room }
+	rl.helping = func() bool { return room }
 	dial := func() {
 		t.Helper()
 		c, err := net.Dial("tcp4", ln.Addr().String())

@@ -185,19 +185,7 @@ func TestStreamLoopHelloInPiecesAndTimeout(t *testing.T) {
 	// The hello in records of 100 bytes, sent a few bytes at a time.
 	hello := reframe(clientHello(t, &tls.Config{ServerName: "a.example", InsecureSkipVerify: true}), 100)
 	backend := tlsEcho(t, "a.example")
-	p, _, tcp := startProxy(t, fmt.Sprintf(`
-controlSocket: /tmp/unused.sock
-http: {readHeaderTimeout: 500ms}
-listeners:
-  - name: echo
-    address: @TCP@
-    protocol: tcp
-    tls: {mode: passthrough}
-backends:
-  - {name: a, static: [%q]}
-routes:
-  - {listener: echo, host: a.example, backend: a}
-`, backend))
+	p, _, tcp := startProxy(t, passthroughA("500ms", backend))
 	if p.tcps[0].loop == nil {
 		t.Fatal("a passthrough listener without a stream loop")
 	}
@@ -222,6 +210,24 @@ routes:
 	if d, err := silentFor(t, tcp); d < 400*time.Millisecond {
 		t.Errorf("a silent connection closed after %s, before readHeaderTimeout (500ms): %v", d, err)
 	}
+}
+
+// passthroughA is a config of one passthrough listener, echo, whose one
+// route sends a.example to backend, with the hello's deadline given.
+func passthroughA(readHeaderTimeout, backend string) string {
+	return fmt.Sprintf(`
+controlSocket: /tmp/unused.sock
+http: {readHeaderTimeout: %s}
+listeners:
+  - name: echo
+    address: @TCP@
+    protocol: tcp
+    tls: {mode: passthrough}
+backends:
+  - {name: a, static: [%q]}
+routes:
+  - {listener: echo, host: a.example, backend: a}
+`, readHeaderTimeout, backend)
 }
 
 // silentFor connects to addr, sends nothing, and returns how long the
@@ -398,19 +404,7 @@ func TestStreamIdleTimeout(t *testing.T) {
 // to it gets its deadlines all the same: a silent passthrough connection
 // is closed at readHeaderTimeout, then the loop sleeps again.
 func TestStreamLoopSleepsWhileIdle(t *testing.T) {
-	p, _, tcp := startProxy(t, `
-controlSocket: /tmp/unused.sock
-http: {readHeaderTimeout: 300ms}
-listeners:
-  - name: echo
-    address: @TCP@
-    protocol: tcp
-    tls: {mode: passthrough}
-backends:
-  - {name: a, static: ["127.0.0.1:1"]}
-routes:
-  - {listener: echo, host: a.example, backend: a}
-`)
+	p, _, tcp := startProxy(t, passthroughA("300ms", "127.0.0.1:1"))
 	l := p.tcps[0].loop
 	asleep := func() bool {
 		l.mu.Lock()

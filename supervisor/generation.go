@@ -233,8 +233,9 @@ func (s *Supervisor) helloFor(sl *slot) (ipc.Hello, []*os.File) {
 	hello.Routing = s.state.routing != nil
 	var files []*os.File
 	for _, pl := range g.plan.listeners {
-		idx, helps := socketsForSlot(sl.index, len(g.slots), len(pl.sockets)), helpedSockets(sl.index, len(g.slots), len(pl.sockets))
-		idx = append(idx, helps...)
+		own := socketsForSlot(sl.index, len(g.slots), len(pl.sockets))
+		helps := helpedSockets(own, len(pl.sockets))
+		idx := append(own, helps...)
 		hello.Listeners = append(hello.Listeners, ipc.ListenerInfo{
 			Name:      pl.spec.Name,
 			Key:       pl.group.key,

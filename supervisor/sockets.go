@@ -700,18 +700,17 @@ func queueDepth(f *os.File) (depth, limit int, err error) {
 	return depth, limit, err
 }
 
-// helpedSockets returns the sockets of a group that slot does not own
-// (socketsForSlot), which its worker accepts on as a helper: a
+// helpedSockets returns the sockets of a group of n that a slot does not
+// own (own, from socketsForSlot), which its worker accepts on as a helper: a
 // connection the steering (BPF's turns, or the kernel's hash) gave a
 // worker that is busy, stopped or off its core is taken by another that
 // is free, as from nginx's one shared socket, while the group keeps its
 // sockets per generation for canaries and resizes. The worker takes from
 // them one connection at a time (proxy's rawListener), so that the first
 // to wake does not take a whole burst.
-func helpedSockets(slot, workers, sockets int) []int {
-	own := socketsForSlot(slot, workers, sockets)
+func helpedSockets(own []int, n int) []int {
 	var idx []int
-	for i := range sockets {
+	for i := range n {
 		if !slices.Contains(own, i) {
 			idx = append(idx, i)
 		}

@@ -567,7 +567,8 @@ func TestSocketsForSlot(t *testing.T) {
 		// Each worker helps with every socket it does not own: all of
 		// the group's, once each.
 		for slot := range tc.workers {
-			own, helps := socketsForSlot(slot, tc.workers, tc.sockets), helpedSockets(slot, tc.workers, tc.sockets)
+			own := socketsForSlot(slot, tc.workers, tc.sockets)
+			helps := helpedSockets(own, tc.sockets)
 			all := slices.Sorted(slices.Values(append(slices.Clone(own), helps...)))
 			want := make([]int, tc.sockets)
 			for i := range want {
