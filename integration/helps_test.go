@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,7 +19,9 @@ import (
 // take it. Each worker now helps with the sockets of the others
 // (ipc.ListenerInfo.Helps): with one of two workers stopped, every
 // connection, HTTP and TCP, one after the other, is answered by the other
-// within the client's timeout.
+// within the client's timeout. So is every connection of a burst made
+// at once: the other worker takes one per arrival, and looks at the
+// stopped one's queue again for what arrivals left there.
 func TestStoppedWorkerHoldsNoConnection(t *testing.T) {
 	be := startBackend(t)
 	b := startBaton(t, options{workers: 2, reusePort: true, tcp: true}.configYAML(be))
@@ -46,18 +50,49 @@ func TestStoppedWorkerHoldsNoConnection(t *testing.T) {
 	}
 	msg := []byte("ping\n")
 	for i := range conns {
-		s, err := net.DialTimeout("tcp", b.Address("echo"), timeout)
-		if err != nil {
-			t.Fatal(err)
+		if err := echo(b.Address("echo"), msg, timeout); err != nil {
+			t.Fatalf("echo %d with worker %d stopped: %v", i, stopped, err)
 		}
-		s.SetDeadline(time.Now().Add(timeout))
-		got := make([]byte, len(msg))
-		if _, err := s.Write(msg); err != nil {
-			t.Fatalf("echo %d: write: %v", i, err)
-		}
-		if _, err := io.ReadFull(s, got); err != nil || string(got) != string(msg) {
-			t.Fatalf("echo %d with worker %d stopped: %q, %v", i, stopped, got, err)
-		}
-		s.Close()
 	}
+
+	const burst = 40
+	errs := make(chan error, burst)
+	var wg sync.WaitGroup
+	for range burst {
+		wg.Go(func() { errs <- echo(b.Address("echo"), msg, timeout) })
+	}
+	wg.Wait()
+	close(errs)
+	failed := 0
+	for err := range errs {
+		if err != nil {
+			failed++
+			t.Logf("burst echo with worker %d stopped: %v", stopped, err)
+		}
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d connections made at once were not answered with worker %d stopped", failed, burst, stopped)
+	}
+}
+
+// echo sends msg on a new connection to addr and reads it back, within
+// timeout.
+func echo(addr string, msg []byte, timeout time.Duration) error {
+	s, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(timeout))
+	if _, err := s.Write(msg); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(s, got); err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
+	if string(got) != string(msg) {
+		return fmt.Errorf("read %q, want %q", got, msg)
+	}
+	return nil
 }

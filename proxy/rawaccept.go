@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -49,6 +51,20 @@ type rawListener struct {
 	// rest: the connection taken, Accept waits for the socket's next
 	// wake-up before it takes another (helping).
 	rest bool
+	// lookAfter is how long after a connection taken from a helped socket
+	// Accept looks at its queue again, arrival or not, and takes what has
+	// been left there (helpLookAfter; tests change it). Wake-ups come
+	// with arrivals: without the look, what an owner busy or stopped left
+	// in its queue when arrivals stopped would wait for it.
+	lookAfter time.Duration
+	// looking: the look is under way, Accept takes from the helped
+	// socket until its queue is empty or the worker has no room.
+	looking bool
+
+	dlMu sync.Mutex // protects deadline and look, and orders setting the file's deadline
+	// deadline is SetDeadline's; look, when the next look is due (zero:
+	// none). The wait's deadline is the earlier of the two.
+	deadline, look time.Time
 
 	// accept's results, bound once as acceptFn so that no closure is
 	// allocated per call.
@@ -74,7 +90,7 @@ func newRawListener(ln net.Listener) net.Listener {
 		f.Close()
 		return ln
 	}
-	l := &rawListener{TCPListener: tl, f: f, rc: rc}
+	l := &rawListener{TCPListener: tl, f: f, rc: rc, lookAfter: helpLookAfter}
 	l.acceptFn = l.accept
 	return l
 }
@@ -89,6 +105,10 @@ func (l *rawListener) Accept() (net.Conn, error) {
 			if l.closed.Load() {
 				return nil, net.ErrClosed // the file says "use of closed file"
 			}
+			if l.helping != nil && errors.Is(err, os.ErrDeadlineExceeded) && l.lookDue() {
+				l.looking = true
+				continue
+			}
 			return nil, err
 		}
 		switch l.aerr {
@@ -98,12 +118,66 @@ func (l *rawListener) Accept() (net.Conn, error) {
 		default:
 			return nil, os.NewSyscallError("accept4", l.aerr)
 		}
+		if l.helping != nil {
+			l.lookLater()
+		}
 		return l.newConn()
 	}
 }
 
+// helpLookAfter is how long after taking a connection from a socket it
+// helps with a worker looks at that socket's queue again. While the owner
+// takes its connections the look finds the queue empty, once per period
+// of load (one accept that finds nothing).
+const helpLookAfter = 20 * time.Millisecond
+
+// lookLater sets the next look at a helped socket's queue, unless one is
+// set.
+func (l *rawListener) lookLater() {
+	l.dlMu.Lock()
+	defer l.dlMu.Unlock()
+	if l.look.IsZero() {
+		l.look = time.Now().Add(l.lookAfter)
+		l.setWait()
+	}
+}
+
+// lookDue says whether the wait that passed its deadline passed the
+// look's rather than SetDeadline's: then the look is taken off, and
+// the queue is to be looked at.
+func (l *rawListener) lookDue() bool {
+	l.dlMu.Lock()
+	defer l.dlMu.Unlock()
+	now := time.Now()
+	if l.look.IsZero() || now.Before(l.look) || !l.deadline.IsZero() && !now.Before(l.deadline) {
+		return false
+	}
+	l.look = time.Time{}
+	l.setWait()
+	return true
+}
+
+// setWait sets the file's deadline, the earlier of SetDeadline's and the
+// look's; under dlMu.
+func (l *rawListener) setWait() {
+	d := l.deadline
+	if !l.look.IsZero() && (d.IsZero() || l.look.Before(d)) {
+		d = l.look
+	}
+	l.f.SetDeadline(d)
+}
+
 // SetDeadline sets the deadline of the wait in Accept.
-func (l *rawListener) SetDeadline(t time.Time) error { return l.f.SetDeadline(t) }
+func (l *rawListener) SetDeadline(t time.Time) error {
+	l.dlMu.Lock()
+	defer l.dlMu.Unlock()
+	l.deadline = t
+	if l.look.IsZero() {
+		return l.f.SetDeadline(t)
+	}
+	l.setWait()
+	return nil
+}
 
 // Close ends a waiting Accept and closes the listener.
 func (l *rawListener) Close() error {
@@ -129,7 +203,7 @@ func (l *rawListener) sweep(handle func(net.Conn)) {
 	if err != nil {
 		return
 	}
-	l.helping, l.rest = nil, false
+	l.helping, l.rest, l.looking = nil, false, false
 	for {
 		l.nfd, l.aerr = -1, 0
 		got := false
@@ -151,14 +225,16 @@ func (l *rawListener) sweep(handle func(net.Conn)) {
 
 // accept takes one connection; false means "none yet: wait". From a
 // socket it helps, it takes one a wake-up (the first call after a
-// connection was taken waits), and only while the worker has room.
+// connection was taken waits), or during a look as many as are queued,
+// and only while the worker has room.
 func (l *rawListener) accept(fd uintptr) bool {
 	if l.helping != nil {
-		if l.rest {
+		if l.rest && !l.looking {
 			l.rest = false
 			return false
 		}
 		if !l.helping() {
+			l.looking, l.rest = false, false
 			return false
 		}
 	}
@@ -172,6 +248,8 @@ func (l *rawListener) accept(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			// The queue is empty: the next wake-up is an arrival's.
+			l.looking, l.rest = false, false
 			return false
 		}
 		l.aerr = e

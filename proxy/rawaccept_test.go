@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -245,22 +246,8 @@ func TestDialRaw(t *testing.T) {
 // would wait for a busy or stopped owner without taking a whole burst,
 // none while it lacks room, and all of them at the final sweep.
 func TestRawListenerHelps(t *testing.T) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rl := newRawListener(ln).(*rawListener)
-	t.Cleanup(func() { rl.Close() })
-	room := true
-	rl.helping = func() bool { return room }
-	dial := func() {
-		t.Helper()
-		c, err := net.Dial("tcp4", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-	}
+	var room atomic.Bool
+	rl, dial := helpedListener(t, &room, time.Hour) // no look: TestRawListenerHelperLooksAgain
 	// takeAll accepts until the wait passes its deadline.
 	takeAll := func() int {
 		t.Helper()
@@ -292,7 +279,7 @@ func TestRawListenerHelps(t *testing.T) {
 	if n := takeAll(); n != 1 {
 		t.Fatalf("helper took %d connections after one arrival, want 1", n)
 	}
-	room = false // past half of http.maxConnections: none
+	room.Store(false) // past half of http.maxConnections: none
 	dial()
 	if n := takeAll(); n != 0 {
 		t.Fatalf("helper without room took %d connections, want 0", n)
@@ -303,5 +290,61 @@ func TestRawListenerHelps(t *testing.T) {
 	rl.sweep(func(c net.Conn) { swept++; c.Close() })
 	if left := queued + 2 - taken - 1; swept != left {
 		t.Errorf("sweep took %d connections, want the %d left", swept, left)
+	}
+}
+
+// A helper looks at a helped socket's queue again a while after it took a
+// connection from it, arrival or not, and takes what the owner left there:
+// an owner that is stopped (SIGSTOP, a debugger) or stuck would otherwise
+// hold the connections queued when arrivals stopped.
+func TestRawListenerHelperLooksAgain(t *testing.T) {
+	var room atomic.Bool
+	rl, dial := helpedListener(t, &room, 10*time.Millisecond)
+	const queued = 4
+	for range queued {
+		dial()
+	}
+	rl.SetDeadline(time.Now().Add(10 * time.Second))
+	for n := range queued {
+		c, err := rl.Accept()
+		if err != nil {
+			t.Fatalf("helper took %d of %d connections left queued with no arrival: %v", n, queued, err)
+		}
+		c.Close()
+	}
+	// Without room the look takes nothing, and the wait ends at the
+	// deadline SetDeadline set, not at the look's.
+	room.Store(false)
+	dial()
+	rl.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	if c, err := rl.Accept(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("helper without room: Accept = %v, want the deadline exceeded", err)
+	}
+}
+
+// helpedListener returns a rawListener on a new loopback socket that
+// helps (room says whether the worker has room, and starts true), looking
+// again lookAfter after each connection it takes, and a dial that makes
+// a connection to it, closed when the test ends.
+func helpedListener(t *testing.T, room *atomic.Bool, lookAfter time.Duration) (*rawListener, func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl := newRawListener(ln).(*rawListener)
+	t.Cleanup(func() { rl.Close() })
+	room.Store(true)
+	rl.helping, rl.lookAfter = room.Load, lookAfter
+	return rl, func() {
+		t.Helper()
+		c, err := net.Dial("tcp4", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
 	}
 }
