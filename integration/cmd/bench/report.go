@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -594,8 +595,11 @@ func roundsReport(r *Results) string {
 			w("\n### Round by round\n\n")
 			w("baton's rate as a ratio of nginx's in each round (the turns of a round are seconds apart):\n")
 			w("the lowest, the median and the highest round, and the rounds baton was ahead in; then\n")
-			w("baton's p99 as a ratio of nginx's, its median, and the rounds where it was no higher.\n\n")
-			w("| row | rounds | lowest | median | highest | baton ahead | p99, median | p99 no higher |\n|---|---|---|---|---|---|---|---|\n")
+			w("baton's p99 as a ratio of nginx's, its median, and the rounds where it was no higher.\n")
+			w("The interval holds the median ratio of rounds like these with the confidence it names\n")
+			w("(order statistics: it assumes only that rounds are independent); where it holds 1.0,\n")
+			w("the rounds cannot tell baton's rate from nginx's, whichever way the sums above lean.\n\n")
+			w("| row | rounds | lowest | median | highest | median's interval | so | baton ahead | p99, median | p99 no higher |\n|---|---|---|---|---|---|---|---|---|---|\n")
 			first = false
 		}
 		var ratios, p99s []float64
@@ -618,9 +622,46 @@ func roundsReport(r *Results) string {
 		if len(p99s) > 0 {
 			p99cells = fmt.Sprintf("%.2f× | %d", percentile(p99s, 0.5), lower)
 		}
-		w("| %s | %d | %.2f× | %.2f× | %.2f× | %d | %s |\n", rr.name, n, percentile(ratios, 0), percentile(ratios, 0.5), percentile(ratios, 1), ahead, p99cells)
+		interval, so := "-", "-"
+		if lo, hi, conf, ok := medianInterval(ratios); ok {
+			interval = fmt.Sprintf("%.2f-%.2f× (%.0f%%)", lo, hi, 100*conf)
+			switch {
+			case lo > 1:
+				so = "ahead"
+			case hi < 1:
+				so = "behind"
+			default:
+				so = "level"
+			}
+		}
+		w("| %s | %d | %.2f× | %.2f× | %.2f× | %s | %s | %d | %s |\n", rr.name, n, percentile(ratios, 0), percentile(ratios, 0.5), percentile(ratios, 1), interval, so, ahead, p99cells)
 	}
 	return b.String()
+}
+
+// medianInterval returns an interval that holds the median of the
+// distribution xs were drawn from (independently) with confidence conf of
+// at least 95%, from xs's order statistics alone: the k-th lowest and the
+// k-th highest, k the largest with P(Binomial(n, 1/2) < k) <= 2.5%. With
+// fewer than 6 values no such interval exists (ok false). xs is sorted.
+func medianInterval(xs []float64) (lo, hi, conf float64, ok bool) {
+	n := len(xs)
+	sort.Float64s(xs)
+	// below is P(X <= k-1) for X ~ Binomial(n, 1/2), k the candidate.
+	below, k := 0.0, 0
+	term := math.Pow(0.5, float64(n)) // P(X = 0)
+	for j := 0; j < n/2; j++ {
+		if below+term > 0.025 {
+			break
+		}
+		below += term
+		k = j + 1
+		term = term * float64(n-j) / float64(j+1) // P(X = j+1)
+	}
+	if k == 0 {
+		return 0, 0, 0, false
+	}
+	return xs[k-1], xs[n-k], 1 - 2*below, true
 }
 
 // goals says where baton stands against the benchmark goals.
