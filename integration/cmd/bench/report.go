@@ -210,7 +210,12 @@ func report(r *Results) string {
 				r.Settings.IdleManyConns, (r.Settings.IdleManyConns+idlePerProcess-1)/idlePerProcess)
 			w("under 20,000 descriptors a process); beside them %d more idle ones that each make one request,\n", wakeProbes)
 			w("one after the other, after %s of waiting (its latency: what a client of an idle connection\n", idleSettle)
-			w("waits), then %d keep-alive clients on connections of their own for 3 s; the memory projected\n", r.Settings.Concurrency)
+			if n := r.IdleMany["baton"].WakeRequests; n > wakeProbes {
+				w("waits; %d times over, %d requests in all), then %d keep-alive clients on connections of their\n", n/wakeProbes, n, r.Settings.Concurrency)
+				w("own for 3 s; the memory projected\n")
+			} else {
+				w("waits), then %d keep-alive clients on connections of their own for 3 s; the memory projected\n", r.Settings.Concurrency)
+			}
 			w("to 100,000 from the bytes per connection.\n\n")
 			w("| target | connections | per connection (bytes) | 100,000 would take (MiB) | request on an idle one: p50 | p99 (ms) | keep-alive req/s beside them | p99 (ms) |\n|---|---|---|---|---|---|---|---|\n")
 			for _, n := range names {
