@@ -167,19 +167,10 @@ func (s *idleSet) run() {
 	defer close(s.done)
 	next := time.Now().Add(idleScan) // the next look at the idle timeouts
 	for {
-		// The deadline is the next look's, not a scan's length from now:
-		// connections woken more often than that must not put it off.
+		// The wait serves what wakes (collect) and ends at the next
+		// look's deadline, or when the set stops.
 		s.ep.SetReadDeadline(next)
 		err := s.rc.Read(s.waitFn)
-		for i, w := range s.woken {
-			s.woken[i] = woken{}
-			if w.hup {
-				s.end(w) // most often nothing to serve: closed here, no goroutine
-			} else {
-				s.wake(w)
-			}
-		}
-		s.woken = s.woken[:0]
 		if err != nil && !isTimeout(err) {
 			return // stopped
 		}
@@ -190,32 +181,50 @@ func (s *idleSet) run() {
 	}
 }
 
-// collect takes the events due, without waiting; false means "none yet:
-// wait".
+// collect takes the events due, without waiting, and serves or closes
+// the connections they woke. It says false, "wait", once it has taken
+// every event there was: one that comes after its last look has made the
+// epoll descriptor ready again in the runtime's poller (a new event, a
+// new edge), so the wait ends at once. Waiting again from here, not
+// returning to run, spares each wake-up a second epoll_pwait that would
+// find nothing, and run's deadline a reset.
 func (s *idleSet) collect(uintptr) bool {
-	var n int
 	for {
-		r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(s.epfd), uintptr(unsafe.Pointer(&s.events[0])), uintptr(len(s.events)), 0, 0, 0)
-		if e != unix.EINTR {
-			n = int(r)
-			if e != 0 {
-				n = 0
+		var n int
+		for {
+			r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(s.epfd), uintptr(unsafe.Pointer(&s.events[0])), uintptr(len(s.events)), 0, 0, 0)
+			if e != unix.EINTR {
+				n = int(r)
+				if e != 0 {
+					n = 0
+				}
+				break
 			}
-			break
+		}
+		if n <= 0 {
+			return false
+		}
+		s.mu.Lock()
+		for _, ev := range s.events[:n] {
+			if rec, ok := s.take(int(ev.Fd), uint32(ev.Pad)); ok {
+				hup := ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
+				s.woken = append(s.woken, woken{int(ev.Fd), rec, hup})
+			}
+		}
+		s.mu.Unlock()
+		for i, w := range s.woken {
+			s.woken[i] = woken{}
+			if w.hup {
+				s.end(w) // most often nothing to serve: closed here, no goroutine
+			} else {
+				s.wake(w)
+			}
+		}
+		s.woken = s.woken[:0]
+		if n < len(s.events) {
+			return false
 		}
 	}
-	if n <= 0 {
-		return false
-	}
-	s.mu.Lock()
-	for _, ev := range s.events[:n] {
-		if rec, ok := s.take(int(ev.Fd), uint32(ev.Pad)); ok {
-			hup := ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
-			s.woken = append(s.woken, woken{int(ev.Fd), rec, hup})
-		}
-	}
-	s.mu.Unlock()
-	return true
 }
 
 // wake takes w's socket out of the epoll instance and serves it in a
