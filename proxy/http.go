@@ -175,14 +175,31 @@ func (f *httpFrontend) park(hc *h1conn, sc *sockConn) bool {
 	rec := parkedConn{requests: int32(hc.requests), until: hc.idleAt.Add(f.p.cfg.HTTP.IdleTimeout.Std()).UnixNano(),
 		remote: ac.remote.AddrPort(), ln: ac.ln, noDelay: !sc.lazyNoDelay, wrote: sc.wrote}
 	f.mu.Lock()
-	if f.draining || hc.state.Load() != connIdle || !f.idle.park(int(sc.fd), rec) {
+	if f.draining || hc.state.Load() != connIdle {
+		f.mu.Unlock()
+		return false
+	}
+	// A connection that never waited in the runtime's poller (one woken
+	// from the set and served at once) hands its descriptor itself to
+	// the set; any other parks a duplicate, and closes its own.
+	fd, own := ac.s.handOver()
+	adopted := own && f.idle.adopt(fd, rec)
+	if !own && !f.idle.park(int(sc.fd), rec) {
 		f.mu.Unlock()
 		return false
 	}
 	delete(f.live, hc)
 	f.mu.Unlock()
 	hc.parked = true
-	ac.closeDup() // not sc.Close: no FIN, the socket lives on
+	switch {
+	case !own:
+		ac.closeDup() // not sc.Close: no FIN, the socket lives on
+	case !adopted:
+		// The set would not take it (closing, or epoll failed): the
+		// connection was handed over all the same, so it ends as a
+		// parked one the set closes.
+		f.idle.end(woken{fd: fd, rec: rec})
+	}
 	return true
 }
 

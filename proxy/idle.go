@@ -70,9 +70,15 @@ type idleSet struct {
 
 // parkedConn is what a parked connection's next h1conn needs.
 type parkedConn struct {
-	seq      uint32 // the park's number; 0: the slot is free
-	requests int32  // served so far (maxRequestsPerConnection)
-	until    int64  // its idle timeout, in Unix nanoseconds
+	seq uint32 // the park's number; 0: the slot is free
+	// held (seq 0): the descriptor was woken from the set and is likely
+	// still in its epoll instance, disarmed (EPOLLONESHOT), unless the
+	// connection has closed it since. A hint: it orders the epoll_ctl
+	// calls of the next park on that number.
+	held bool
+
+	requests int32 // served so far (maxRequestsPerConnection)
+	until    int64 // its idle timeout, in Unix nanoseconds
 	remote   netip.AddrPort
 	ln       *net.TCPListener // it was accepted on (LocalAddr)
 	// What sockConn knew of TCP_NODELAY: set already, or not yet and
@@ -113,28 +119,67 @@ func (s *idleSet) park(fd int, rec parkedConn) bool {
 	if s.closed {
 		return false
 	}
+	if fd < len(s.byFD) && s.byFD[fd].held {
+		// Woken from the set before: its registration there must go
+		// before the descriptor closes, since the duplicate keeps the
+		// socket open (epoll's entries are per open socket, not per
+		// descriptor number).
+		epollCtl(s.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+		s.byFD[fd].held = false
+	}
 	r, _, e := unix.RawSyscall(unix.SYS_FCNTL, uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if e != 0 {
 		return false
 	}
 	dup := int(r)
+	if !s.watch(dup, rec) {
+		unix.RawSyscall(unix.SYS_CLOSE, uintptr(dup), 0, 0)
+		return false
+	}
+	return true
+}
+
+// adopt parks fd itself, a connection's descriptor handed over
+// (lazySock.handOver), as park does a duplicate. A connection woken from
+// the set and served without waiting in the runtime's poller comes back
+// so: its descriptor is still in the set's epoll instance, disarmed, and
+// one EPOLL_CTL_MOD arms it again, where park would make a dup, an add
+// and a close, after the delete of the wake-up. false: not parked (the
+// set is closing, or epoll failed): fd is still the caller's, to end.
+func (s *idleSet) adopt(fd int, rec parkedConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	return s.watch(fd, rec)
+}
+
+// watch arms fd in the epoll instance, for one event, and records rec as
+// its park; mu held.
+func (s *idleSet) watch(fd int, rec parkedConn) bool {
 	s.seq++
 	if s.seq == 0 {
 		s.seq++
 	}
 	rec.seq = s.seq
-	// Added under the lock, so that an event (due at once when input
+	// Armed under the lock, so that an event (due at once when input
 	// came meanwhile: epoll reports it) finds the record. One event, then
-	// the descriptor is off until it is deleted (EPOLLONESHOT).
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(dup), Pad: int32(rec.seq)}
-	if epollCtl(s.epfd, unix.EPOLL_CTL_ADD, dup, &ev) != 0 {
-		unix.RawSyscall(unix.SYS_CLOSE, uintptr(dup), 0, 0)
-		return false
+	// the descriptor is off until it is armed again (EPOLLONESHOT).
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(fd), Pad: int32(rec.seq)}
+	first, second := unix.EPOLL_CTL_ADD, unix.EPOLL_CTL_MOD
+	if fd < len(s.byFD) && s.byFD[fd].held {
+		first, second = second, first
 	}
-	if dup >= len(s.byFD) {
-		s.byFD = append(s.byFD, make([]parkedConn, dup+1-len(s.byFD)+len(s.byFD)/2)...)
+	if e := epollCtl(s.epfd, first, fd, &ev); e != 0 {
+		if e != unix.EEXIST && e != unix.ENOENT || epollCtl(s.epfd, second, fd, &ev) != 0 {
+			return false
+		}
 	}
-	s.byFD[dup] = rec
+	if fd >= len(s.byFD) {
+		s.byFD = append(s.byFD, make([]parkedConn, fd+1-len(s.byFD)+len(s.byFD)/2)...)
+	}
+	s.byFD[fd] = rec
 	s.n++
 	return true
 }
@@ -156,7 +201,7 @@ func (s *idleSet) take(fd int, seq uint32) (parkedConn, bool) {
 	if rec.seq == 0 || seq != 0 && rec.seq != seq {
 		return parkedConn{}, false
 	}
-	s.byFD[fd] = parkedConn{}
+	s.byFD[fd] = parkedConn{held: true}
 	s.n--
 	return rec, true
 }
@@ -227,10 +272,11 @@ func (s *idleSet) collect(uintptr) bool {
 	}
 }
 
-// wake takes w's socket out of the epoll instance and serves it in a
-// goroutine of the frontend's pool.
+// wake serves w's connection in a goroutine of the frontend's pool. Its
+// socket stays in the epoll instance, disarmed (EPOLLONESHOT), for the
+// next park (adopt); when the connection closes instead, the close takes
+// it out.
 func (s *idleSet) wake(w woken) {
-	epollCtl(s.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
 	s.f.gp.Go(func() { s.f.resume(w.fd, &w.rec) })
 }
 

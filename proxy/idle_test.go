@@ -24,6 +24,23 @@ func parked(p *Proxy) int {
 	return n
 }
 
+// parkedFDs lists the descriptors p's idle sets hold parked.
+func parkedFDs(p *Proxy) []int {
+	var fds []int
+	for _, f := range p.https {
+		if s := f.idle; s != nil {
+			s.mu.Lock()
+			for fd, rec := range s.byFD {
+				if rec.seq != 0 {
+					fds = append(fds, fd)
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
+	return fds
+}
+
 func okBackend(t *testing.T) *httptest.Server {
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	t.Cleanup(be.Close)
@@ -98,11 +115,19 @@ func TestResumedConnectionParksAtOnce(t *testing.T) {
 	// From now on only a connection that comes out of the set parks
 	// within the test's time.
 	p.https[0].idle.after.Store(int64(time.Hour))
+	first := parkedFDs(p)
 	for i := range 3 {
 		if resp := rawGet(t, c, br); resp.StatusCode != 200 || resp.Close {
 			t.Fatalf("request %d after the park: %d, close %v", i, resp.StatusCode, resp.Close)
 		}
 		waitUntil(t, "the connection back in the idle set", func() bool { return parked(p) == 1 })
+		// It comes back on its own descriptor, re-armed in the set's
+		// epoll instance (adopt), not as a duplicate of it: a park then
+		// costs one epoll_ctl, not a dup, an add, a close and the
+		// wake-up's delete.
+		if fds := parkedFDs(p); len(fds) != 1 || fds[0] != first[0] {
+			t.Fatalf("request %d: parked again on descriptor %v, want %v, the one it was woken on", i, fds, first)
+		}
 	}
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n")
 	for i := range 2 {

@@ -223,6 +223,18 @@ func (s *lazySock) close(fin bool) error {
 	return nil // the last use closes it
 }
 
+// handOver gives up the descriptor, still open, to the caller, and leaves
+// the socket closed: no use under way, and not in the runtime's poller
+// (then the *os.File owns it). false: the socket keeps it.
+func (s *lazySock) handOver() (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.polled.Load() != nil || !s.state.CompareAndSwap(0, sockClosed) {
+		return -1, false
+	}
+	return s.fd, true
+}
+
 // finish closes the descriptor: once, after close and the last use.
 func (s *lazySock) finish(fin bool) error {
 	if p := s.polled.Load(); p != nil {
