@@ -27,6 +27,9 @@ const turnConnMax = 256 << 10
 type turnConn struct {
 	net.Conn
 	timeout time.Duration
+	// grace bounds the write, at Close, of what is held (a second;
+	// tests that are about order, not time, lengthen it).
+	grace time.Duration
 
 	wmu   sync.Mutex // held while writing to Conn: in order, one at a time
 	spare []byte     // the buffer not in use, wmu held
@@ -44,7 +47,7 @@ type turnConn struct {
 
 // newTurnConn wraps c; Close ends its flusher.
 func newTurnConn(c net.Conn, timeout time.Duration) *turnConn {
-	tc := &turnConn{Conn: c, timeout: timeout, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	tc := &turnConn{Conn: c, timeout: timeout, grace: time.Second, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go tc.run()
 	return tc
 }
@@ -141,7 +144,7 @@ func (c *turnConn) Close() error {
 	c.buf, c.err = nil, net.ErrClosed
 	close(c.wake)
 	c.mu.Unlock()
-	c.Conn.SetWriteDeadline(time.Now().Add(time.Second)) // bounds a write under way too
+	c.Conn.SetWriteDeadline(time.Now().Add(c.grace)) // bounds a write under way too
 	if err == nil && len(p) > 0 {
 		c.wmu.Lock()
 		c.Conn.Write(p)
