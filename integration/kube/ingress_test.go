@@ -246,14 +246,17 @@ func TestIngressEndToEnd(t *testing.T) {
 		return code == 200 && left == 404
 	})
 	harness.WaitFor(t, 30*time.Second, "the service-upstream Ingress served", func() bool { code, be, _ := get(plain, httpURL, "up.example"); return code == 200 && be == "ing-v1" })
-	st := b.Status()
-	modes := map[string]string{}
-	for _, be := range st.Backends {
-		modes[be.Name] = be.Mode
-	}
-	if modes["k8s/"+ns+"/app:http/clusterIP"] != "clusterIP" || modes["k8s/"+ns+"/app:http"] != "endpoints" {
-		t.Errorf("backends: %v, want the Service's endpoints and, for service-upstream, its ClusterIP", modes)
-	}
+	// The status's backends come from the workers' reports, which may
+	// come after the request that a worker served.
+	var st *supervisor.Status
+	harness.WaitFor(t, 30*time.Second, "the status showing the Service's endpoints and, for service-upstream, its ClusterIP", func() bool {
+		st = b.Status()
+		modes := map[string]string{}
+		for _, be := range st.Backends {
+			modes[be.Name] = be.Mode
+		}
+		return modes["k8s/"+ns+"/app:http/clusterIP"] == "clusterIP" && modes["k8s/"+ns+"/app:http"] == "endpoints"
+	})
 	if st.ActiveGeneration != gen {
 		t.Errorf("an Ingress change made a handoff: generation %d, then %d", gen, st.ActiveGeneration)
 	}
