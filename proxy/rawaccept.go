@@ -159,12 +159,12 @@ func (l *rawListener) lookDue() bool {
 
 // setWait sets the file's deadline, the earlier of SetDeadline's and the
 // look's; under dlMu.
-func (l *rawListener) setWait() {
+func (l *rawListener) setWait() error {
 	d := l.deadline
 	if !l.look.IsZero() && (d.IsZero() || l.look.Before(d)) {
 		d = l.look
 	}
-	l.f.SetDeadline(d)
+	return l.f.SetDeadline(d)
 }
 
 // SetDeadline sets the deadline of the wait in Accept.
@@ -172,11 +172,7 @@ func (l *rawListener) SetDeadline(t time.Time) error {
 	l.dlMu.Lock()
 	defer l.dlMu.Unlock()
 	l.deadline = t
-	if l.look.IsZero() {
-		return l.f.SetDeadline(t)
-	}
-	l.setWait()
-	return nil
+	return l.setWait()
 }
 
 // Close ends a waiting Accept and closes the listener.
