@@ -3,9 +3,12 @@ package kube
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +40,8 @@ drainTimeout: 30s
 workers: 2
 kubernetes:
   kubeconfig: %s
+accessLog:
+  path: "@DIR@/access.log"
 ingress:
   address: %[2]s:80
   tlsAddress: %[2]s:443
@@ -89,6 +94,28 @@ func servedByEveryWorker(addr, host, target string) bool {
 		}
 	}
 	return true
+}
+
+// notOK is the lines of b's access log since a moment whose status is not
+// 200, to tell which generation and listener answered a failed request,
+// and when.
+func notOK(t testing.TB, b *harness.Baton, since time.Time) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(b.Dir, "access.log"))
+	if err != nil {
+		return err.Error()
+	}
+	var out strings.Builder
+	for line := range strings.Lines(string(data)) {
+		var e struct {
+			Time   time.Time `json:"time"`
+			Status int       `json:"status"`
+		}
+		if err := json.Unmarshal([]byte(line), &e); err != nil || (e.Status != 200 && !e.Time.Before(since.Truncate(time.Millisecond))) {
+			out.WriteString(line)
+		}
+	}
+	return out.String()
 }
 
 // servedCode is the status of a GET of host's target from addr on a new
@@ -651,6 +678,7 @@ func TestIngressRollout(t *testing.T) {
 			failed := res.load.TotalFailures()
 			if failed != 0 {
 				t.Errorf("%d failed requests: %v by kind %v; first: %q", failed, res.load.Failures, res.load.FailuresByKind, res.load.Examples)
+				t.Logf("what baton answered other than 200 under the load:\n%s", notOK(t, b, res.start))
 			}
 			if res.load.Requests < 1000 {
 				t.Errorf("too little load to show anything: %s", res.load)

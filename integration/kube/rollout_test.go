@@ -31,6 +31,7 @@ const (
 type rolloutResult struct {
 	load     *load.Result
 	handoff  supervisor.Handoff
+	start    time.Time // of the load
 	duration time.Duration
 }
 
@@ -67,10 +68,10 @@ func rolloutThrough(t *testing.T, b *harness.Baton, addr, host, ns, svc string, 
 			KeepAlive: 4, NewConn: 2, Post: 2, Progress: &progress,
 		})
 	}()
+	res := rolloutResult{start: time.Now()}
 	traffic := func() { harness.WaitTraffic(t, &progress, 100) }
 	traffic()
 	start := time.Now()
-	var res rolloutResult
 	for i, o := range old {
 		np := startPod(t, fmt.Sprintf("v2-%d", i), fmt.Sprintf("198.18.1.%d", 10+i))
 		state = append(state, readyPod(np))
