@@ -94,6 +94,9 @@ func (o *Orphan) Files() int {
 // message's one descriptor, a sealed file of Size bytes (RoutingFile).
 type Routing struct {
 	Size int64 `json:"size"`
+	// Version numbers the routings the supervisor relays, from 1; a
+	// worker reports the last it applied (Stats.RoutingVersion).
+	Version uint64 `json:"version,omitempty"`
 }
 
 // Tickets replaces a worker's TLS session-ticket keys after a rotation.
@@ -234,6 +237,9 @@ type Stats struct {
 	Series []metrics.Series `json:"series,omitempty"`
 	// Backends describes the worker's backends (optional).
 	Backends []BackendStats `json:"backends,omitempty"`
+	// RoutingVersion is the Version of the last routing the worker
+	// applied; 0: none (optional).
+	RoutingVersion uint64 `json:"routingVersion,omitempty"`
 }
 
 // AddCounters adds o's counters (those that only grow) to s's.

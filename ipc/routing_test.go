@@ -50,7 +50,7 @@ func TestRoutingTravelsInASealedFile(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	w.OnRouting(func(p []byte) { got <- p })
+	w.OnRouting(func(p []byte, _ uint64) { got <- p })
 	second := []byte(`{"rules":[]}`)
 	send(second)
 	for i, want := range [][]byte{first, second} {

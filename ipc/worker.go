@@ -24,22 +24,23 @@ const HelloTimeout = 30 * time.Second
 // Worker is a worker's side of the protocol: the hello it received, its
 // listeners, and the way to say ready and to learn when to drain.
 type Worker struct {
-	mu        sync.Mutex // protects conn, ready, acks, orphanLn, tickets and onTickets
-	conn      *Conn      // to the supervisor; a new one after an adoption
-	ready     bool       // Ready was sent: the worker serves
-	acks      bool       // AckDrains was called: Ready.Acks
-	orphanLn  *net.UnixListener
-	tickets   [][]byte
-	onTickets func([][]byte)
-	pausedMu  sync.Mutex // serializes the deliveries of paused
-	paused    map[string][]int
-	onPaused  func(map[string][]int)
-	routingMu sync.Mutex // serializes the deliveries of routing
-	routing   []byte
-	onRouting func([]byte)
-	accessLog *os.File
-	onLogFile func(*os.File)
-	closing   chan struct{} // closed by Close
+	mu             sync.Mutex // protects conn, ready, acks, orphanLn, tickets and onTickets
+	conn           *Conn      // to the supervisor; a new one after an adoption
+	ready          bool       // Ready was sent: the worker serves
+	acks           bool       // AckDrains was called: Ready.Acks
+	orphanLn       *net.UnixListener
+	tickets        [][]byte
+	onTickets      func([][]byte)
+	pausedMu       sync.Mutex // serializes the deliveries of paused
+	paused         map[string][]int
+	onPaused       func(map[string][]int)
+	routingMu      sync.Mutex // serializes the deliveries of routing
+	routing        []byte
+	routingVersion uint64
+	onRouting      func([]byte, uint64)
+	accessLog      *os.File
+	onLogFile      func(*os.File)
+	closing        chan struct{} // closed by Close
 
 	hello     Hello
 	listeners []Listener
@@ -187,7 +188,7 @@ func (w *Worker) receive(c *Conn) error {
 			if err != nil {
 				return err
 			}
-			w.setRouting(payload)
+			w.setRouting(payload, r.Version)
 			continue
 		}
 		for _, f := range files {
@@ -397,24 +398,25 @@ func (w *Worker) setPaused(p map[string][]int) {
 }
 
 // OnRouting calls fn with the routing payload received so far, if any,
-// then with each new one the supervisor sends (from the receiving
-// goroutine, one at a time: fn should not hold it up long). A worker whose
-// hello says Routing waits for the first before it says ready.
-func (w *Worker) OnRouting(fn func([]byte)) {
+// then with each new one the supervisor sends, each with its version
+// (Routing.Version), from the receiving goroutine, one at a time: fn
+// should not hold it up long. A worker whose hello says Routing waits for
+// the first before it says ready.
+func (w *Worker) OnRouting(fn func(payload []byte, version uint64)) {
 	w.routingMu.Lock()
 	defer w.routingMu.Unlock()
 	w.onRouting = fn
 	if w.routing != nil {
-		fn(w.routing)
+		fn(w.routing, w.routingVersion)
 	}
 }
 
-func (w *Worker) setRouting(p []byte) {
+func (w *Worker) setRouting(p []byte, version uint64) {
 	w.routingMu.Lock()
 	defer w.routingMu.Unlock()
-	w.routing = p
+	w.routing, w.routingVersion = p, version
 	if w.onRouting != nil {
-		w.onRouting(p)
+		w.onRouting(p, version)
 	}
 }
 

@@ -72,9 +72,12 @@ type Proxy struct {
 	gates   map[string]map[int]*gatedListener
 	paused  map[string][]int
 	fails   failLog
-	// changed signals (capacity 1) that a backend's endpoints changed, so
-	// that the worker reports them at once.
+	// changed signals (capacity 1) that a backend's endpoints or the
+	// routing changed, so that the worker reports them at once.
 	changed chan struct{}
+	// routingVersion is the version of the last routing applied (the
+	// worker's, from ipc.Routing.Version), for Stats.
+	routingVersion atomic.Uint64
 	// reaper closes idle upstream connections, and watches the clients
 	// of requests upstream (watchClients); Drain ends both.
 	stopReaper chan struct{}
@@ -390,6 +393,7 @@ func (p *Proxy) Stats() ipc.Stats {
 		ProxyProtocolErrors: p.stats.proxyProtocolErrors.Load(),
 		Failures:            p.stats.failures.Load(),
 		Series:              p.series(),
+		RoutingVersion:      p.routingVersion.Load(),
 	}
 	if p.logDropped != nil {
 		s.LogDropped = p.logDropped()
@@ -433,6 +437,12 @@ func (p *Proxy) ApplyKube(us []kube.Update) {
 			b.update(u.Endpoints, u.Err)
 		}
 	}
+	p.statsChanged()
+}
+
+// statsChanged has the worker report its stats now, not at the next tick:
+// what the status shows changed (endpoints, the routing applied).
+func (p *Proxy) statsChanged() {
 	select {
 	case p.changed <- struct{}{}:
 	default:

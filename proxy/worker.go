@@ -79,13 +79,17 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 	// hello announces one, before ready: a worker that served without its
 	// routes would answer them 404.
 	defer p.StopKube()
-	routings := make(chan []byte, 1)
-	w.OnRouting(func(payload []byte) {
+	type routing struct {
+		payload []byte
+		version uint64
+	}
+	routings := make(chan routing, 1)
+	w.OnRouting(func(payload []byte, version uint64) {
 		select {
 		case <-routings: // replaced by the newer one
 		default:
 		}
-		routings <- payload
+		routings <- routing{payload, version}
 	})
 	routed := make(chan struct{})
 	actx, stopApplying := context.WithCancel(context.Background())
@@ -94,12 +98,14 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 		var first sync.Once
 		for {
 			select {
-			case payload := <-routings:
+			case r := <-routings:
 				start := time.Now()
-				if err := p.ApplyRouting(actx, payload); err != nil {
-					log.Warn("routing applied in part", zap.Error(err))
+				if err := p.ApplyRouting(actx, r.payload); err != nil {
+					log.Warn("routing applied in part", zap.Uint64("version", r.version), zap.Error(err))
 				}
-				log.Debug("routing applied", zap.Int("bytes", len(payload)), zap.Duration("took", time.Since(start)))
+				log.Debug("routing applied", zap.Uint64("version", r.version), zap.Int("bytes", len(r.payload)), zap.Duration("took", time.Since(start)))
+				p.routingVersion.Store(r.version)
+				p.statsChanged() // status shows it now
 				first.Do(func() { close(routed) })
 			case <-actx.Done():
 				return
@@ -141,7 +147,7 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 		for {
 			select {
 			case <-t.C:
-			case <-p.changed: // endpoints changed: status shows it now
+			case <-p.changed: // endpoints or the routing changed: status shows it now
 			case <-stop:
 				return
 			}

@@ -212,6 +212,7 @@ func (s *Supervisor) snapshot(timeline bool) Status {
 		Binary:         s.opts.Binary,
 		Stopping:       st.stopping,
 		PendingReloads: len(st.pending),
+		RoutingVersion: st.routingVersion,
 	}
 	out.Ready = st.active != nil && !st.stopping
 	if timeline {
@@ -311,6 +312,7 @@ func (s *Supervisor) snapshot(timeline bool) Status {
 				Errors:      sl.stats.Errors,
 
 				LastRestartReason: sl.restartReason,
+				RoutingVersion:    sl.stats.RoutingVersion,
 			})
 			if sl.state != WorkerReady {
 				gs.Workers[len(gs.Workers)-1].Waiting = sl.waiting

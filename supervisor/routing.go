@@ -53,7 +53,7 @@ func (s *Supervisor) sendRouting(sl *slot, draining bool) {
 	if st.routing == nil {
 		return
 	}
-	if err := sl.proc.conn.Send(ipc.TypeRouting, ipc.Routing{Size: st.routingSize}, st.routing); err != nil {
+	if err := sl.proc.conn.Send(ipc.TypeRouting, ipc.Routing{Size: st.routingSize, Version: st.routingVersion}, st.routing); err != nil {
 		if draining {
 			// A worker of a draining generation that is exiting: the
 			// routing was for its last requests, if any.

@@ -1,8 +1,11 @@
 package supervisor
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/baton-proxy/baton/ipc"
 )
 
 // The supervisor relays a route provider's routing without reading it:
@@ -16,22 +19,32 @@ func TestRoutingReachesEveryWorker(t *testing.T) {
 	}
 	got := make(chan string, 8)
 	for _, p := range first {
-		p.w.OnRouting(func(b []byte) { got <- string(b) })
+		p.w.OnRouting(func(b []byte, v uint64) { got <- fmt.Sprintf("%d %s", v, b) })
 	}
 	if err := h.s.SetRouting([]byte(`{"rules":["one"]}`)); err != nil {
 		t.Fatal(err)
 	}
 	for range first {
-		if p := wait(t, got); p != `{"rules":["one"]}` {
-			t.Fatalf("a worker got %q", p)
+		if p := wait(t, got); p != `1 {"rules":["one"]}` {
+			t.Fatalf("a worker got %q, want version 1", p)
 		}
 	}
 	if err := h.s.SetRouting([]byte(`{"rules":["two"]}`)); err != nil {
 		t.Fatal(err)
 	}
 	for range first {
-		wait(t, got)
+		if p := wait(t, got); p != `2 {"rules":["two"]}` {
+			t.Fatalf("a worker got %q, want version 2", p)
+		}
 	}
+	// The status tells a worker that has applied the last routing from
+	// one that has not (it reports the version it applied).
+	first[0].w.SendStats(ipc.Stats{RoutingVersion: 2})
+	first[1].w.SendStats(ipc.Stats{RoutingVersion: 1})
+	h.waitStatus("the versions the workers applied", func(st Status) bool {
+		ws := st.Generations[0].Workers
+		return st.RoutingVersion == 2 && ws[0].RoutingVersion == 2 && ws[1].RoutingVersion == 1
+	})
 	// A new generation: its hellos say a routing follows, and it is the last.
 	out := h.reloadAsync()
 	for range 2 {
@@ -40,11 +53,11 @@ func TestRoutingReachesEveryWorker(t *testing.T) {
 			t.Fatal("a hello after SetRouting did not announce it")
 		}
 		next := make(chan string, 1)
-		p.w.OnRouting(func(b []byte) { next <- string(b) })
+		p.w.OnRouting(func(b []byte, v uint64) { next <- fmt.Sprintf("%d %s", v, b) })
 		select {
 		case b := <-next:
-			if b != `{"rules":["two"]}` {
-				t.Fatalf("a new worker got %q, want the last routing", b)
+			if b != `2 {"rules":["two"]}` {
+				t.Fatalf("a new worker got %q, want the last routing, version 2", b)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("a new worker got no routing")

@@ -28,6 +28,11 @@ type Status struct {
 	PendingHandoff *Handoff `json:"pendingHandoff,omitempty"`
 	// Canary is the canary running now, if any.
 	Canary *CanaryStatus `json:"canary,omitempty"`
+	// RoutingVersion numbers the route providers' routings (the Gateway
+	// API's and Ingress's) the supervisor relayed to the workers, from 1;
+	// 0: none. A worker whose RoutingVersion is lower has not applied
+	// the last one yet (its Kubernetes caches may hold it up).
+	RoutingVersion uint64 `json:"routingVersion,omitempty"`
 	// Backends is what the active generation's first worker last reported
 	// of its backends (endpoint counts, Kubernetes modes).
 	Backends []ipc.BackendStats `json:"backends,omitempty"`
@@ -125,6 +130,9 @@ type WorkerStatus struct {
 	LastRestartReason string `json:"lastRestartReason,omitempty"`
 	// Waiting is what a worker that is not ready yet says it waits for.
 	Waiting string `json:"waiting,omitempty"`
+	// RoutingVersion is the version of the route providers' routing the
+	// worker last reported it applied (Status.RoutingVersion); 0: none.
+	RoutingVersion uint64 `json:"routingVersion,omitempty"`
 }
 
 // Handoff records one reload: what triggered it, between which generations,
@@ -202,3 +210,27 @@ type CanaryStatus struct {
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// RoutingBehind returns the ready workers that have not reported the last
+// routing (RoutingVersion) applied, by their generation: a worker that
+// stays behind for long is stuck applying it (its log says why).
+func (st *Status) RoutingBehind() []WorkerBehind {
+	var out []WorkerBehind
+	if st.RoutingVersion == 0 {
+		return nil
+	}
+	for _, g := range st.Generations {
+		for _, w := range g.Workers {
+			if w.State == WorkerReady && w.RoutingVersion < st.RoutingVersion {
+				out = append(out, WorkerBehind{Generation: g.ID, Worker: w})
+			}
+		}
+	}
+	return out
+}
+
+// WorkerBehind is a worker of a generation, for RoutingBehind.
+type WorkerBehind struct {
+	Generation uint64
+	Worker     WorkerStatus
+}

@@ -107,6 +107,8 @@ func statusMetrics(p *metrics.Page, st *supervisor.Status) {
 	if n := len(st.Handoffs); n > 0 {
 		p.Gauge("baton_last_handoff_ready_seconds", "From the last handoff's request to its new generation being ready.", float64(st.Handoffs[n-1].ReadyMs)/1000)
 	}
+	p.Gauge("baton_routing_version", "The version of the route providers' routing (Gateway API, Ingress) sent to the workers; 0: none.", u(st.RoutingVersion))
+	p.Gauge("baton_workers_routing_behind", "Ready workers that have not applied the last routing yet.", float64(len(st.RoutingBehind())))
 	type workerKey struct{ gen, state string }
 	workers := map[workerKey]int{}
 	var keys []workerKey

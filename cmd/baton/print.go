@@ -32,6 +32,18 @@ func printStatus(out io.Writer, st *supervisor.Status, now time.Time) error {
 			c.ActiveRequests, c.ActiveFailures, percentOf(c.ActiveFailures, c.ActiveRequests), verdict)
 	}
 
+	if st.RoutingVersion > 0 {
+		applied := "applied by every ready worker"
+		if behind := st.RoutingBehind(); len(behind) > 0 {
+			var ws []string
+			for _, b := range behind {
+				ws = append(ws, fmt.Sprintf("generation %d slot %d (pid %d) has %d", b.Generation, b.Worker.Slot, b.Worker.PID, b.Worker.RoutingVersion))
+			}
+			applied = "not applied yet: " + strings.Join(ws, ", ")
+		}
+		fmt.Fprintf(w, "routing %d (Gateway API, Ingress): %s\n\n", st.RoutingVersion, applied)
+	}
+
 	fmt.Fprintln(w, "LISTENER\tADDRESS\tPROTOCOL\tSOCKETS\tREUSEPORT\tACCEPT QUEUE")
 	for _, l := range st.Listeners {
 		q := "-"

@@ -22,9 +22,13 @@ func sampleStatus() *supervisor.Status {
 		PID: 42, Version: "test", StartedAt: now.Add(-time.Minute), ActiveGeneration: 2,
 		Listeners: []supervisor.ListenerStatus{{Name: "web", Address: "127.0.0.1:8080", Protocol: "http", ReusePort: true, Sockets: 2, AcceptQueue: []int{0, 3}, Backlog: 4096}},
 		Generations: []supervisor.GenerationStatus{
-			{ID: 2, State: supervisor.GenActive, Workers: []supervisor.WorkerStatus{{PID: 100, Slot: 0, State: supervisor.WorkerReady, StartedAt: now, Requests: 9}}},
+			{ID: 2, State: supervisor.GenActive, Workers: []supervisor.WorkerStatus{
+				{PID: 100, Slot: 0, State: supervisor.WorkerReady, StartedAt: now, Requests: 9, RoutingVersion: 7},
+				{PID: 101, Slot: 1, State: supervisor.WorkerReady, StartedAt: now, RoutingVersion: 6},
+			}},
 			{ID: 1, State: supervisor.GenDraining, Workers: []supervisor.WorkerStatus{{PID: 90, Slot: 0, State: supervisor.WorkerDraining, StartedAt: now}}},
 		},
+		RoutingVersion: 7,
 		Handoffs:       []supervisor.Handoff{{ID: 2, From: 1, To: 2, Trigger: "signal", Outcome: supervisor.OutcomeOK, ReadyMs: 9, DrainMs: &drain}},
 		PendingHandoff: &supervisor.Handoff{ID: 3, From: 2, Trigger: "control", Outcome: supervisor.OutcomePending},
 		Backends:       []ipc.BackendStats{{Name: "shop", Mode: "endpoints", Ready: 3, Terminating: 1, UpdatedAt: now}},
@@ -39,7 +43,8 @@ func TestPrintStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"active generation 2", "0,3 / 4096", "shop", "endpoints", "draining", "12ms", "pending"} {
+	for _, want := range []string{"active generation 2", "0,3 / 4096", "shop", "endpoints", "draining", "12ms", "pending",
+		"routing 7 (Gateway API, Ingress): not applied yet: generation 2 slot 1 (pid 101) has 6"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status table lacks %q:\n%s", want, out)
 		}
@@ -75,7 +80,9 @@ func TestMetrics(t *testing.T) {
 		"baton_requests_total 1234\n",
 		`baton_handoffs_total{outcome="ok"} 2` + "\n",
 		`baton_handoffs_total{outcome="failed"} 0` + "\n",
-		`baton_workers{generation_state="active",state="ready"} 1` + "\n",
+		`baton_workers{generation_state="active",state="ready"} 2` + "\n",
+		"baton_routing_version 7\n",
+		"baton_workers_routing_behind 1\n",
 		`baton_listener_accept_queue{listener="web",socket="1"} 3` + "\n",
 		`baton_backend_endpoints{backend="shop",mode="endpoints",state="terminating"} 1` + "\n",
 		`baton_backend_retries_total{backend="shop"} 4` + "\n",

@@ -92,7 +92,7 @@ func TestIngressAnnotationsEach(t *testing.T) {
 		for _, h := range []string{"re.example/api/v1/", "nossl.example/", "https.example/", "slow.example/", "can.example/", "weight.example/",
 			"pattern.example/", "sticky.example/", "hash.example/"} {
 			host, target, _ := strings.Cut(h, "/")
-			if !servedByEveryWorker(addr, host, "/"+target) {
+			if !servedByEveryWorker(b, addr, host, "/"+target) {
 				return false
 			}
 		}

@@ -73,27 +73,19 @@ ingress:
 }
 
 // servedByEveryWorker reports whether host's target is routed (not 404)
-// by every worker behind addr, as far as 16 requests in a row on new
-// connections tell: a worker applies a routing once the endpoints of its
-// new Services are in place (the first after its watch starts), so one
-// may route a new Ingress before the other; new connections land on
-// either (reuseport), and 16 in a row leave one chance in 30,000 that a
-// worker was not asked.
-func servedByEveryWorker(addr, host, target string) bool {
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	for range 16 {
-		req, _ := http.NewRequest("GET", "http://"+addr+target, nil)
-		req.Host = host
-		resp, err := c.Do(req)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		if resp.StatusCode == 404 {
-			return false
-		}
+// and every ready worker of b has applied the last routing: the one that
+// answered applied a routing with the route, and the routings after it
+// keep it. A worker applies a routing once the endpoints of its new
+// Services are in place, so one may route a new Ingress before the other;
+// requests cannot tell which worker answered (each takes connections from
+// the other's sockets too, rawListener.helping), so the status's routing
+// versions do.
+func servedByEveryWorker(b *harness.Baton, addr, host, target string) bool {
+	if code := servedCode(addr, host, target); code == 0 || code == 404 {
+		return false
 	}
-	return true
+	st, err := b.TryStatus()
+	return err == nil && st.RoutingVersion > 0 && len(st.RoutingBehind()) == 0
 }
 
 // notOK is the lines of b's access log since a moment whose status is not
@@ -233,6 +225,13 @@ func TestIngressEndToEnd(t *testing.T) {
 		code, _, loc := get(plain, httpURL, "secure.example")
 		return code == http.StatusPermanentRedirect && loc == "https://secure.example/x"
 	})
+	// Which worker answers is not the client's to pick (each takes from
+	// the other's sockets too): `baton status` says when every worker has
+	// applied the last routing, from the versions they report.
+	harness.WaitFor(t, 30*time.Second, "baton status: every worker on the last routing", func() bool {
+		out, err := b.Ctl("status")
+		return err == nil && strings.Contains(out, ": applied by every ready worker")
+	})
 	if code, _, _ := get(plain, httpURL, "other.example"); code != 404 {
 		t.Errorf("a host no rule takes: %d, want 404", code)
 	}
@@ -344,7 +343,7 @@ func TestIngressAnnotations(t *testing.T) {
 	harness.WaitFor(t, 60*time.Second, "every Ingress served by both workers", func() bool {
 		for _, h := range []string{"rw.example/something/x", "vh.example/", "cors.example/", "allowed.example/", "deny.example/", "allow.example/"} {
 			host, target, _ := strings.Cut(h, "/")
-			if !servedByEveryWorker(addr, host, "/"+target) {
+			if !servedByEveryWorker(b, addr, host, "/"+target) {
 				return false
 			}
 		}
@@ -397,7 +396,7 @@ func TestIngressAnnotations(t *testing.T) {
 		t.Errorf("temporal-redirect 307: %d %q", r.StatusCode, r.Header.Get("Location"))
 	}
 	// affinity cookie with its attributes.
-	harness.WaitFor(t, 30*time.Second, "the sticky Ingress served", func() bool { return servedByEveryWorker(addr, "sticky.example", "/") })
+	harness.WaitFor(t, 30*time.Second, "the sticky Ingress served", func() bool { return servedByEveryWorker(b, addr, "sticky.example", "/") })
 	if c := do("GET", "sticky.example", "/", "").Header.Get("Set-Cookie"); !strings.HasPrefix(c, "route=") ||
 		!strings.Contains(c, "; Max-Age=3600; Expires=") || !strings.HasSuffix(c, "; Path=/; SameSite=Lax; HttpOnly") {
 		t.Errorf("affinity cookie: Set-Cookie %q", c)
@@ -434,7 +433,7 @@ func TestIngressAnnotations(t *testing.T) {
 	// limit-connections 1: while one request of the client's is in
 	// flight (a backend that answers in 2 s), another is answered 503;
 	// once it is over, one goes through again.
-	harness.WaitFor(t, 30*time.Second, "the connection-limited Ingress served", func() bool { return servedByEveryWorker(addr, "conn.example", "/") })
+	harness.WaitFor(t, 30*time.Second, "the connection-limited Ingress served", func() bool { return servedByEveryWorker(b, addr, "conn.example", "/") })
 	slow := make(chan int, 1)
 	go func() {
 		c := &http.Client{Timeout: 10 * time.Second}
@@ -666,7 +665,7 @@ func TestIngressRollout(t *testing.T) {
 			}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			harness.WaitFor(t, 60*time.Second, "the Ingress served by both workers", func() bool { return servedByEveryWorker(addr, "shop.example", "/") })
+			harness.WaitFor(t, 60*time.Second, "the Ingress served by both workers", func() bool { return servedByEveryWorker(b, addr, "shop.example", "/") })
 			res := rolloutThrough(t, b, addr+":80", "shop.example", ns, "shop", old, false, kp)
 			t.Logf("rollout of %d pods behind an Ingress in %s: %s; handoff %s", pods, res.duration.Round(time.Millisecond), res.load, res.handoff.Outcome)
 			if res.handoff.Outcome != supervisor.OutcomeOK {
