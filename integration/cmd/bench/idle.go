@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,14 +78,23 @@ func (b *bench) idle(t target, n int, h2 bool, giveBack time.Duration) (idleResu
 // machine allows 20,000 descriptors a process.
 const idlePerProcess = 10_000
 
-// idleMany holds n idle HTTP/1.1 connections to t from several loadgen
-// processes, measures the workers' memory, then runs keep-alive load on
-// other connections beside them (the probe: are the requests of a worker
-// holding that many still answered at once?).
-func (b *bench) idleMany(t target, n int) (idleResult, error) {
-	res := idleResult{}
+// idleMany holds n idle HTTP/1.1 connections to each of ts at once, from
+// several loadgen processes, and measures each target's workers' memory;
+// then makes requests on idle connections among them, the targets' in
+// turn (the i-th of every target before the next), so that a busy moment
+// of the machine meets every target alike, as the throughput rows' turns
+// do; then runs keep-alive load on other connections beside them (the
+// probe: are the requests of a worker holding that many still answered at
+// once?). One target after the other, the wake p99s of baton and nginx
+// each moved by a factor of 2 to 3 from one run to the next, and which
+// was lower with them.
+func (b *bench) idleMany(ts []target, n int) (map[string]idleResult, error) {
+	out := make(map[string]idleResult, len(ts))
 	time.Sleep(time.Second)
-	res.RSSBeforeKiB, _ = sumProc(t.PIDs()["worker"])
+	res := make([]idleResult, len(ts))
+	for i, t := range ts {
+		res[i].RSSBeforeKiB, _ = sumProc(t.PIDs()["worker"])
+	}
 	type holder struct {
 		cmd   *exec.Cmd
 		stdin io.WriteCloser
@@ -96,66 +106,87 @@ func (b *bench) idleMany(t target, n int) (idleResult, error) {
 			h.cmd.Wait()
 		}
 	}()
-	for left := n; left > 0; left -= idlePerProcess {
-		k := min(left, idlePerProcess)
-		// Each from an address of its own: one has only some 28,000
-		// ports for one destination.
-		from := fmt.Sprintf("127.0.1.%d", len(hs)+1)
-		cmd := exec.Command(filepath.Join(b.bin, "loadgen"), "-http", t.HTTPAddr(), "-idle", strconv.Itoa(k), "-idle-from", from)
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			return res, err
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return res, err
-		}
-		if err := cmd.Start(); err != nil {
-			return res, err
-		}
-		hs = append(hs, holder{cmd, stdin})
-		ready := make(chan string, 1)
-		go func() {
-			line, _ := bufio.NewReader(stdout).ReadString('\n')
-			ready <- line
-		}()
-		select {
-		case line := <-ready:
-			if strings.TrimSpace(line) != "ready" {
-				return res, fmt.Errorf("%d idle connections from one process: %q", k, line)
+	for i, t := range ts {
+		for left := n; left > 0; left -= idlePerProcess {
+			k := min(left, idlePerProcess)
+			// Each from an address of its own: one has only some 28,000
+			// ports for one destination.
+			from := fmt.Sprintf("127.0.1.%d", len(hs)+1)
+			cmd := exec.Command(filepath.Join(b.bin, "loadgen"), "-http", t.HTTPAddr(), "-idle", strconv.Itoa(k), "-idle-from", from)
+			cmd.Stderr = os.Stderr
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				return out, err
 			}
-		case <-time.After(3 * time.Minute):
-			return res, fmt.Errorf("%d idle connections from one process: not open after 3 minutes", k)
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				return out, err
+			}
+			if err := cmd.Start(); err != nil {
+				return out, err
+			}
+			hs = append(hs, holder{cmd, stdin})
+			ready := make(chan string, 1)
+			go func() {
+				line, _ := bufio.NewReader(stdout).ReadString('\n')
+				ready <- line
+			}()
+			select {
+			case line := <-ready:
+				if strings.TrimSpace(line) != "ready" {
+					return out, fmt.Errorf("%s: %d idle connections from one process: %q", t.Name(), k, line)
+				}
+			case <-time.After(3 * time.Minute):
+				return out, fmt.Errorf("%s: %d idle connections from one process: not open after 3 minutes", t.Name(), k)
+			}
+			res[i].Conns += k
 		}
-		res.Conns += k
 	}
 	time.Sleep(idleSettle)
-	res.RSSIdleKiB, _ = sumProc(t.PIDs()["worker"])
-	res.BytesPerConn = float64(res.RSSIdleKiB-res.RSSBeforeKiB) * 1024 / float64(res.Conns)
-	// Requests on idle connections among them: wakeProbes more, from
-	// here, each asked once after they all waited, wakePasses times over.
-	waiting, err := idleconns.Open(t.HTTPAddr(), "127.0.2.1", wakeProbes, false, 10*time.Second)
-	if err != nil {
-		return res, fmt.Errorf("probe connections: %w", err)
+	for i, t := range ts {
+		res[i].RSSIdleKiB, _ = sumProc(t.PIDs()["worker"])
+		res[i].BytesPerConn = float64(res[i].RSSIdleKiB-res[i].RSSBeforeKiB) * 1024 / float64(res[i].Conns)
 	}
-	defer idleconns.Close(waiting)
-	lat := make([]float64, 0, wakePasses*len(waiting))
+	// Requests on idle connections among them: wakeProbes more a target,
+	// each asked once after they all waited, wakePasses times over.
+	waiting := make([][]net.Conn, len(ts))
+	for i, t := range ts {
+		cs, err := idleconns.Open(t.HTTPAddr(), fmt.Sprintf("127.0.2.%d", i+1), wakeProbes, false, 10*time.Second)
+		if err != nil {
+			return out, fmt.Errorf("%s: probe connections: %w", t.Name(), err)
+		}
+		defer idleconns.Close(cs)
+		waiting[i] = cs
+	}
+	lat := make([][]float64, len(ts))
+	order := make([]int, len(ts))
+	for i := range order {
+		order[i] = i
+	}
 	for range wakePasses {
 		time.Sleep(idleSettle)
-		for _, c := range waiting {
-			start := time.Now()
-			if err := idleconns.Get(c, 10*time.Second); err != nil {
-				return res, fmt.Errorf("a request on an idle connection: %w", err)
+		for k := range wakeProbes {
+			for _, i := range rotate(order, k) {
+				start := time.Now()
+				if err := idleconns.Get(waiting[i][k], 10*time.Second); err != nil {
+					return out, fmt.Errorf("%s: a request on an idle connection: %w", ts[i].Name(), err)
+				}
+				lat[i] = append(lat[i], float64(time.Since(start).Microseconds())/1000)
 			}
-			lat = append(lat, float64(time.Since(start).Microseconds())/1000)
 		}
 	}
-	slices.Sort(lat)
-	res.WakeP50, res.WakeP99, res.WakeRequests = lat[len(lat)/2], lat[len(lat)*99/100], len(lat)
-	probe, err := b.loadgen("-http", t.HTTPAddr(), "-keepalive", strconv.Itoa(b.s.Concurrency), "-duration", "3s")
-	res.Probe = probe
-	return res, err
+	for i, t := range ts {
+		l := lat[i]
+		slices.Sort(l)
+		res[i].WakeP50, res[i].WakeP99, res[i].WakeRequests = l[len(l)/2], l[len(l)*99/100], len(l)
+		probe, err := b.loadgen("-http", t.HTTPAddr(), "-keepalive", strconv.Itoa(b.s.Concurrency), "-duration", "3s")
+		res[i].Probe = probe
+		out[t.Name()] = res[i]
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", t.Name(), err)
+		}
+	}
+	return out, nil
 }
 
 // wakeProbes is how many idle connections get a request in idleMany, and

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,6 +61,10 @@ type Results struct {
 	Idle     map[string]idleResult `json:"idle,omitempty"`
 	IdleH2   map[string]idleResult `json:"idleH2,omitempty"`
 	IdleMany map[string]idleResult `json:"idleMany,omitempty"`
+	// IdleManyTogether: the IdleMany targets held their connections at
+	// once and took turns at the requests on them (a run from before it
+	// was recorded: one target after the other).
+	IdleManyTogether bool `json:"idleManyTogether,omitempty"`
 	// TLS are the TLS rows, by target; TLSHandoffs reloads under TLS
 	// load; AccessLog baton's keep-alive rate with the access log on and
 	// off.
@@ -211,14 +216,20 @@ func main() {
 				return err
 			})
 		}
-		if do["idlemany"] {
-			if name == "baton" || name == "nginx" { // the others hold fewer under 20,000 descriptors a process
-				r.run(name, fmt.Sprintf("%d idle connections", s.IdleManyConns), func(t target) error {
-					m, err := r.idleMany(t, s.IdleManyConns)
-					r.res.IdleMany[name] = m
-					return err
-				})
+	}
+	if do["idlemany"] {
+		// baton and nginx: the others hold fewer under 20,000
+		// descriptors a process.
+		many := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n != "baton" && n != "nginx" })
+		if ts := r.startAll(many); len(ts) > 0 {
+			fmt.Fprintf(os.Stderr, "bench: %d idle connections to each of %d targets\n", s.IdleManyConns, len(ts))
+			m, err := r.idleMany(ts, s.IdleManyConns)
+			maps.Copy(r.res.IdleMany, m)
+			r.res.IdleManyTogether = true
+			if err != nil {
+				r.errorf("idle connections: %v", err)
 			}
+			stopAll(ts)
 		}
 	}
 	if withBaton && do["timeline"] {

@@ -210,7 +210,11 @@ func report(r *Results) string {
 				r.Settings.IdleManyConns, (r.Settings.IdleManyConns+idlePerProcess-1)/idlePerProcess)
 			w("under 20,000 descriptors a process); beside them %d more idle ones that each make one request,\n", wakeProbes)
 			w("one after the other, after %s of waiting (its latency: what a client of an idle connection\n", idleSettle)
-			if n := r.IdleMany["baton"].WakeRequests; n > wakeProbes {
+			if r.IdleManyTogether {
+				w("waits; both targets hold theirs at once, and their requests go in turn, so that the machine's\n")
+				w("busy moments meet both alike; %d times over, %d requests in all), then %d keep-alive clients on\n", r.IdleMany["baton"].WakeRequests/wakeProbes, r.IdleMany["baton"].WakeRequests, r.Settings.Concurrency)
+				w("connections of their own for 3 s; the memory projected\n")
+			} else if n := r.IdleMany["baton"].WakeRequests; n > wakeProbes {
 				w("waits; %d times over, %d requests in all), then %d keep-alive clients on connections of their\n", n/wakeProbes, n, r.Settings.Concurrency)
 				w("own for 3 s; the memory projected\n")
 			} else {
