@@ -238,8 +238,11 @@ type Stats struct {
 	// Backends describes the worker's backends (optional).
 	Backends []BackendStats `json:"backends,omitempty"`
 	// RoutingVersion is the Version of the last routing the worker
-	// applied; 0: none (optional).
+	// applied; 0: none (optional). RoutingError says why it applied that
+	// one only in part (a rule left out, Kubernetes endpoints not in
+	// place in time); empty: in whole.
 	RoutingVersion uint64 `json:"routingVersion,omitempty"`
+	RoutingError   string `json:"routingError,omitempty"`
 }
 
 // AddCounters adds o's counters (those that only grow) to s's.

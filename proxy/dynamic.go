@@ -76,6 +76,27 @@ func (p *Proxy) ApplyRouting(ctx context.Context, payload []byte) error {
 	return errors.Join(errs...)
 }
 
+// appliedRouting is the last routing a worker applied: its version
+// (ipc.Routing.Version) and, when it applied it only in part, why.
+type appliedRouting struct {
+	version uint64
+	err     string
+}
+
+// applyRouting applies the routing of version (ApplyRouting) and has the
+// worker report what came of it at once (Stats.RoutingVersion and
+// RoutingError).
+func (p *Proxy) applyRouting(ctx context.Context, payload []byte, version uint64) error {
+	err := p.ApplyRouting(ctx, payload)
+	applied := &appliedRouting{version: version}
+	if err != nil {
+		applied.err = err.Error()
+	}
+	p.routing.Store(applied)
+	p.statsChanged()
+	return err
+}
+
 // preparedRule is one rule of a routing, compiled, by its line of the
 // routing payload (config.MarshalRouting): kept from one routing to the
 // next while its line and the backends it resolved to stay the same.

@@ -98,12 +98,15 @@ func TestApplyRouting(t *testing.T) {
 	}
 	// The same rule again (its decoding kept from the last routing), its
 	// backend changed: the rule leads to the backend as it is now.
-	err = p.ApplyRouting(ctx, routingPayload(t, config.Routing{
+	err = p.applyRouting(ctx, routingPayload(t, config.Routing{
 		Backends: []config.Backend{{Name: "gw/green", Static: []string{hostOf(blue)}}},
 		Rules:    []route.Rule[string]{rule("gw/green"), {Name: "second", Listener: "web", Hostnames: []string{"second.example"}, Backends: []route.Backend[string]{{Target: "gw/green", Weight: 1}}}},
-	}))
+	}), 3)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if st := p.Stats(); st.RoutingVersion != 3 || st.RoutingError != "" {
+		t.Fatalf("after routing 3, whole: the worker reports version %d, error %q", st.RoutingVersion, st.RoutingError)
 	}
 	if got := get("app.example"); got != "blue" {
 		t.Fatalf("a kept rule whose backend changed: %q", got)
@@ -111,12 +114,16 @@ func TestApplyRouting(t *testing.T) {
 	if got := get("second.example"); got != "blue" {
 		t.Fatalf("a new rule beside a kept one: %q", got)
 	}
-	err = p.ApplyRouting(ctx, routingPayload(t, config.Routing{
+	err = p.applyRouting(ctx, routingPayload(t, config.Routing{
 		Backends: []config.Backend{{Name: "app", Static: []string{hostOf(green)}}},
 		Rules:    []route.Rule[string]{rule("gw/nowhere")},
-	}))
+	}), 4)
 	if err == nil || !strings.Contains(err.Error(), `"app": the name is taken`) {
 		t.Fatalf("a routing backend named as the config's: %v", err)
+	}
+	// What the status shows of it (baton status: "applied in part by").
+	if st := p.Stats(); st.RoutingVersion != 4 || st.RoutingError != err.Error() {
+		t.Fatalf("after routing 4, in part: the worker reports version %d, error %q", st.RoutingVersion, st.RoutingError)
 	}
 	if got := get("app.example"); got != "baton: Internal Server Error\n" {
 		t.Fatalf("a rule whose backend is unknown answered %q, want a 500 (the Gateway API's)", got)

@@ -75,9 +75,8 @@ type Proxy struct {
 	// changed signals (capacity 1) that a backend's endpoints or the
 	// routing changed, so that the worker reports them at once.
 	changed chan struct{}
-	// routingVersion is the version of the last routing applied (the
-	// worker's, from ipc.Routing.Version), for Stats.
-	routingVersion atomic.Uint64
+	// routing is the last routing applied, for Stats.
+	routing atomic.Pointer[appliedRouting]
 	// reaper closes idle upstream connections, and watches the clients
 	// of requests upstream (watchClients); Drain ends both.
 	stopReaper chan struct{}
@@ -393,7 +392,9 @@ func (p *Proxy) Stats() ipc.Stats {
 		ProxyProtocolErrors: p.stats.proxyProtocolErrors.Load(),
 		Failures:            p.stats.failures.Load(),
 		Series:              p.series(),
-		RoutingVersion:      p.routingVersion.Load(),
+	}
+	if r := p.routing.Load(); r != nil {
+		s.RoutingVersion, s.RoutingError = r.version, r.err
 	}
 	if p.logDropped != nil {
 		s.LogDropped = p.logDropped()

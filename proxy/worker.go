@@ -100,12 +100,10 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 			select {
 			case r := <-routings:
 				start := time.Now()
-				if err := p.ApplyRouting(actx, r.payload); err != nil {
+				if err := p.applyRouting(actx, r.payload, r.version); err != nil {
 					log.Warn("routing applied in part", zap.Uint64("version", r.version), zap.Error(err))
 				}
 				log.Debug("routing applied", zap.Uint64("version", r.version), zap.Int("bytes", len(r.payload)), zap.Duration("took", time.Since(start)))
-				p.routingVersion.Store(r.version)
-				p.statsChanged() // status shows it now
 				first.Do(func() { close(routed) })
 			case <-actx.Done():
 				return

@@ -313,6 +313,7 @@ func (s *Supervisor) snapshot(timeline bool) Status {
 
 				LastRestartReason: sl.restartReason,
 				RoutingVersion:    sl.stats.RoutingVersion,
+				RoutingError:      sl.stats.RoutingError,
 			})
 			if sl.state != WorkerReady {
 				gs.Workers[len(gs.Workers)-1].Waiting = sl.waiting

@@ -132,7 +132,9 @@ type WorkerStatus struct {
 	Waiting string `json:"waiting,omitempty"`
 	// RoutingVersion is the version of the route providers' routing the
 	// worker last reported it applied (Status.RoutingVersion); 0: none.
+	// RoutingError says why it applied that one only in part.
 	RoutingVersion uint64 `json:"routingVersion,omitempty"`
+	RoutingError   string `json:"routingError,omitempty"`
 }
 
 // Handoff records one reload: what triggered it, between which generations,
@@ -212,25 +214,37 @@ type CanaryStatus struct {
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 // RoutingBehind returns the ready workers that have not reported the last
-// routing (RoutingVersion) applied, by their generation: a worker that
-// stays behind for long is stuck applying it (its log says why).
-func (st *Status) RoutingBehind() []WorkerBehind {
-	var out []WorkerBehind
+// routing (RoutingVersion) applied: a worker that stays behind for long is
+// stuck applying it (its log says why).
+func (st *Status) RoutingBehind() []GenerationWorker {
+	return st.routingWorkers(func(w *WorkerStatus) bool { return w.RoutingVersion < st.RoutingVersion })
+}
+
+// RoutingInPart returns the ready workers that applied the last routing
+// only in part (their RoutingError says why).
+func (st *Status) RoutingInPart() []GenerationWorker {
+	return st.routingWorkers(func(w *WorkerStatus) bool { return w.RoutingVersion == st.RoutingVersion && w.RoutingError != "" })
+}
+
+// routingWorkers returns the ready workers that keep takes, once a routing
+// was sent.
+func (st *Status) routingWorkers(keep func(*WorkerStatus) bool) []GenerationWorker {
 	if st.RoutingVersion == 0 {
 		return nil
 	}
+	var out []GenerationWorker
 	for _, g := range st.Generations {
 		for _, w := range g.Workers {
-			if w.State == WorkerReady && w.RoutingVersion < st.RoutingVersion {
-				out = append(out, WorkerBehind{Generation: g.ID, Worker: w})
+			if w.State == WorkerReady && keep(&w) {
+				out = append(out, GenerationWorker{Generation: g.ID, Worker: w})
 			}
 		}
 	}
 	return out
 }
 
-// WorkerBehind is a worker of a generation, for RoutingBehind.
-type WorkerBehind struct {
+// GenerationWorker is a worker and its generation's ID.
+type GenerationWorker struct {
 	Generation uint64
 	Worker     WorkerStatus
 }

@@ -109,6 +109,7 @@ func statusMetrics(p *metrics.Page, st *supervisor.Status) {
 	}
 	p.Gauge("baton_routing_version", "The version of the route providers' routing (Gateway API, Ingress) sent to the workers; 0: none.", u(st.RoutingVersion))
 	p.Gauge("baton_workers_routing_behind", "Ready workers that have not applied the last routing yet.", float64(len(st.RoutingBehind())))
+	p.Gauge("baton_workers_routing_in_part", "Ready workers that applied the last routing only in part (baton status says why).", float64(len(st.RoutingInPart())))
 	type workerKey struct{ gen, state string }
 	workers := map[workerKey]int{}
 	var keys []workerKey

@@ -41,7 +41,11 @@ func printStatus(out io.Writer, st *supervisor.Status, now time.Time) error {
 			}
 			applied = "not applied yet: " + strings.Join(ws, ", ")
 		}
-		fmt.Fprintf(w, "routing %d (Gateway API, Ingress): %s\n\n", st.RoutingVersion, applied)
+		fmt.Fprintf(w, "routing %d (Gateway API, Ingress): %s\n", st.RoutingVersion, applied)
+		for _, p := range st.RoutingInPart() {
+			fmt.Fprintf(w, "  applied in part by generation %d slot %d (pid %d): %s\n", p.Generation, p.Worker.Slot, p.Worker.PID, p.Worker.RoutingError)
+		}
+		fmt.Fprintln(w)
 	}
 
 	fmt.Fprintln(w, "LISTENER\tADDRESS\tPROTOCOL\tSOCKETS\tREUSEPORT\tACCEPT QUEUE")

@@ -25,6 +25,7 @@ func sampleStatus() *supervisor.Status {
 			{ID: 2, State: supervisor.GenActive, Workers: []supervisor.WorkerStatus{
 				{PID: 100, Slot: 0, State: supervisor.WorkerReady, StartedAt: now, Requests: 9, RoutingVersion: 7},
 				{PID: 101, Slot: 1, State: supervisor.WorkerReady, StartedAt: now, RoutingVersion: 6},
+				{PID: 102, Slot: 2, State: supervisor.WorkerReady, StartedAt: now, RoutingVersion: 7, RoutingError: "routing: rule 3: bad regex"},
 			}},
 			{ID: 1, State: supervisor.GenDraining, Workers: []supervisor.WorkerStatus{{PID: 90, Slot: 0, State: supervisor.WorkerDraining, StartedAt: now}}},
 		},
@@ -44,7 +45,8 @@ func TestPrintStatus(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{"active generation 2", "0,3 / 4096", "shop", "endpoints", "draining", "12ms", "pending",
-		"routing 7 (Gateway API, Ingress): not applied yet: generation 2 slot 1 (pid 101) has 6"} {
+		"routing 7 (Gateway API, Ingress): not applied yet: generation 2 slot 1 (pid 101) has 6\n",
+		"applied in part by generation 2 slot 2 (pid 102): routing: rule 3: bad regex\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status table lacks %q:\n%s", want, out)
 		}
@@ -80,9 +82,10 @@ func TestMetrics(t *testing.T) {
 		"baton_requests_total 1234\n",
 		`baton_handoffs_total{outcome="ok"} 2` + "\n",
 		`baton_handoffs_total{outcome="failed"} 0` + "\n",
-		`baton_workers{generation_state="active",state="ready"} 2` + "\n",
+		`baton_workers{generation_state="active",state="ready"} 3` + "\n",
 		"baton_routing_version 7\n",
 		"baton_workers_routing_behind 1\n",
+		"baton_workers_routing_in_part 1\n",
 		`baton_listener_accept_queue{listener="web",socket="1"} 3` + "\n",
 		`baton_backend_endpoints{backend="shop",mode="endpoints",state="terminating"} 1` + "\n",
 		`baton_backend_retries_total{backend="shop"} 4` + "\n",
