@@ -206,8 +206,12 @@ func report(r *Results) string {
 			}
 		}
 		if len(r.IdleMany) > 0 {
-			w("\n%d idle HTTP/1.1 connections from %d processes (baton and nginx: HAProxy and Caddy hold fewer\n",
-				r.Settings.IdleManyConns, (r.Settings.IdleManyConns+idlePerProcess-1)/idlePerProcess)
+			each := ""
+			if r.IdleManyTogether {
+				each = " to each target"
+			}
+			w("\n%d idle HTTP/1.1 connections%s from %d processes (baton and nginx: HAProxy and Caddy hold fewer\n",
+				r.Settings.IdleManyConns, each, (r.Settings.IdleManyConns+idlePerProcess-1)/idlePerProcess)
 			w("under 20,000 descriptors a process); beside them %d more idle ones that each make one request,\n", wakeProbes)
 			w("one after the other, after %s of waiting (its latency: what a client of an idle connection\n", idleSettle)
 			if r.IdleManyTogether {
