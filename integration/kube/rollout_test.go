@@ -62,13 +62,13 @@ func rolloutThrough(t *testing.T, b *harness.Baton, addr, host, ns, svc string, 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	done := make(chan *load.Result, 1)
+	res := rolloutResult{start: time.Now()}
 	go func() {
 		done <- load.Run(ctx, load.Config{
 			HTTPAddr: addr, Host: host, Duration: 5 * time.Minute,
 			KeepAlive: 4, NewConn: 2, Post: 2, Progress: &progress,
 		})
 	}()
-	res := rolloutResult{start: time.Now()}
 	traffic := func() { harness.WaitTraffic(t, &progress, 100) }
 	traffic()
 	start := time.Now()

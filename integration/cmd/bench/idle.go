@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -95,15 +96,10 @@ func (b *bench) idleMany(ts []target, n int) (map[string]idleResult, error) {
 	for i, t := range ts {
 		res[i].RSSBeforeKiB, _ = sumProc(t.PIDs()["worker"])
 	}
-	type holder struct {
-		cmd   *exec.Cmd
-		stdin io.WriteCloser
-	}
-	var hs []holder
+	var hs []idleHolder
 	defer func() {
 		for _, h := range hs {
-			h.stdin.Close()
-			h.cmd.Wait()
+			h.stop()
 		}
 	}()
 	for i, t := range ts {
@@ -111,33 +107,12 @@ func (b *bench) idleMany(ts []target, n int) (map[string]idleResult, error) {
 			k := min(left, idlePerProcess)
 			// Each from an address of its own: one has only some 28,000
 			// ports for one destination.
-			from := fmt.Sprintf("127.0.1.%d", len(hs)+1)
-			cmd := exec.Command(filepath.Join(b.bin, "loadgen"), "-http", t.HTTPAddr(), "-idle", strconv.Itoa(k), "-idle-from", from)
-			cmd.Stderr = os.Stderr
-			stdin, err := cmd.StdinPipe()
+			h, err := b.holdIdle(t.HTTPAddr(), k, fmt.Sprintf("127.0.1.%d", len(hs)+1))
+			if h.cmd != nil {
+				hs = append(hs, h)
+			}
 			if err != nil {
-				return out, err
-			}
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				return out, err
-			}
-			if err := cmd.Start(); err != nil {
-				return out, err
-			}
-			hs = append(hs, holder{cmd, stdin})
-			ready := make(chan string, 1)
-			go func() {
-				line, _ := bufio.NewReader(stdout).ReadString('\n')
-				ready <- line
-			}()
-			select {
-			case line := <-ready:
-				if strings.TrimSpace(line) != "ready" {
-					return out, fmt.Errorf("%s: %d idle connections from one process: %q", t.Name(), k, line)
-				}
-			case <-time.After(3 * time.Minute):
-				return out, fmt.Errorf("%s: %d idle connections from one process: not open after 3 minutes", t.Name(), k)
+				return out, fmt.Errorf("%s: %d idle connections from one process: %w", t.Name(), k, err)
 			}
 			res[i].Conns += k
 		}
@@ -159,14 +134,11 @@ func (b *bench) idleMany(ts []target, n int) (map[string]idleResult, error) {
 		waiting[i] = cs
 	}
 	lat := make([][]float64, len(ts))
-	order := make([]int, len(ts))
-	for i := range order {
-		order[i] = i
-	}
 	for range wakePasses {
 		time.Sleep(idleSettle)
 		for k := range wakeProbes {
-			for _, i := range rotate(order, k) {
+			for j := range ts {
+				i := (j + k) % len(ts) // the first to be asked rotates
 				start := time.Now()
 				if err := idleconns.Get(waiting[i][k], 10*time.Second); err != nil {
 					return out, fmt.Errorf("%s: a request on an idle connection: %w", ts[i].Name(), err)
@@ -187,6 +159,57 @@ func (b *bench) idleMany(ts []target, n int) (map[string]idleResult, error) {
 		}
 	}
 	return out, nil
+}
+
+// idleHolder is a loadgen process that holds idle connections until its
+// standard input closes (stop).
+type idleHolder struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+// holdIdle starts a loadgen that opens n idle connections to addr from
+// the address from, and waits until it says they are open. When the
+// process started, the holder is returned with it (its cmd set), error or
+// not, for the caller to stop.
+func (b *bench) holdIdle(addr string, n int, from string) (idleHolder, error) {
+	cmd := exec.Command(filepath.Join(b.bin, "loadgen"), "-http", addr, "-idle", strconv.Itoa(n), "-idle-from", from)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return idleHolder{}, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return idleHolder{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return idleHolder{}, err
+	}
+	h := idleHolder{cmd, stdin}
+	// The reader ends when the process's output does: at stop, at the
+	// latest.
+	ready := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		ready <- line
+	}()
+	select {
+	case line := <-ready:
+		if strings.TrimSpace(line) != "ready" {
+			return h, fmt.Errorf("%q", line)
+		}
+		return h, nil
+	case <-time.After(3 * time.Minute):
+		return h, errors.New("not open after 3 minutes")
+	}
+}
+
+// stop closes the holder's standard input, which ends it, and waits for
+// it.
+func (h idleHolder) stop() {
+	h.stdin.Close()
+	h.cmd.Wait()
 }
 
 // wakeProbes is how many idle connections get a request in idleMany, and
