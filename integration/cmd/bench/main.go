@@ -65,6 +65,12 @@ type Results struct {
 	// once and took turns at the requests on them (a run from before it
 	// was recorded: one target after the other).
 	IdleManyTogether bool `json:"idleManyTogether,omitempty"`
+	// IdleManyWarm: each pass of the requests on idle connections began
+	// with requests straight to the bench's backend, not measured, and
+	// the target asked first changed from pass to pass (before, the
+	// first request after each sleep, always baton's, paid the wake-up
+	// of the bench's own client and backend).
+	IdleManyWarm bool `json:"idleManyWarm,omitempty"`
 	// TLS are the TLS rows, by target; TLSHandoffs reloads under TLS
 	// load; AccessLog baton's keep-alive rate with the access log on and
 	// off.
@@ -225,7 +231,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "bench: %d idle connections to each of %d targets\n", s.IdleManyConns, len(ts))
 			m, err := r.idleMany(ts, s.IdleManyConns)
 			maps.Copy(r.res.IdleMany, m)
-			r.res.IdleManyTogether = true
+			r.res.IdleManyTogether, r.res.IdleManyWarm = true, true
 			if err != nil {
 				r.errorf("idle connections: %v", err)
 			}

@@ -216,7 +216,14 @@ func report(r *Results) string {
 			w("one after the other, after %s of waiting (its latency: what a client of an idle connection\n", idleSettle)
 			if r.IdleManyTogether {
 				w("waits; both targets hold theirs at once, and their requests go in turn, so that the machine's\n")
-				w("busy moments meet both alike; %d times over, %d requests in all), then %d keep-alive clients on\n", r.IdleMany["baton"].WakeRequests/wakeProbes, r.IdleMany["baton"].WakeRequests, r.Settings.Concurrency)
+				n := r.IdleMany["baton"].WakeRequests
+				if r.IdleManyWarm {
+					w("busy moments meet both alike; %d times over, %d requests in all; after each wait, two requests\n", n/wakeProbes, n)
+					w("straight to the bench's backend, not measured, wake the bench's own client and backend, and the\n")
+					w("target asked first changes from one wait to the next), then %d keep-alive clients on\n", r.Settings.Concurrency)
+				} else {
+					w("busy moments meet both alike; %d times over, %d requests in all), then %d keep-alive clients on\n", n/wakeProbes, n, r.Settings.Concurrency)
+				}
 				w("connections of their own for 3 s; the memory projected\n")
 			} else if n := r.IdleMany["baton"].WakeRequests; n > wakeProbes {
 				w("waits; %d times over, %d requests in all), then %d keep-alive clients on connections of their\n", n/wakeProbes, n, r.Settings.Concurrency)
