@@ -51,7 +51,7 @@ func main() {
 	fmt.Printf(" | hot: p50 %.3f p90 %.3f p99 %.3f ms\n", pct(hot, 50), pct(hot, 90), pct(hot, 99))
 	if *pids != "" {
 		// Clock ticks are 10 ms: with 1,000 requests, 10 us a request.
-		fmt.Printf("CPU a request: parked %.0f us, hot %.0f us\n", float64(c1-c0)*1e4/float64(len(parked)), float64(c2-c1)*1e4/float64(len(hot)))
+		fmt.Printf("CPU a request: parked %s, hot %s\n", perRequest(c0, c1, len(parked)), perRequest(c1, c2, len(hot)))
 	}
 }
 
@@ -71,9 +71,12 @@ func pct(v []float64, p int) float64 {
 	return v[len(v)*p/100]
 }
 
+// cpuTicks are clock ticks of CPU, in user space and in the kernel.
+type cpuTicks struct{ user, sys int }
+
 // ticks sums the user and system clock ticks of the processes pids.
-func ticks(pids string) int {
-	t := 0
+func ticks(pids string) cpuTicks {
+	var t cpuTicks
 	for _, p := range strings.Fields(pids) {
 		b, err := os.ReadFile("/proc/" + p + "/stat")
 		if err != nil {
@@ -82,7 +85,17 @@ func ticks(pids string) int {
 		f := strings.Fields(string(b)[strings.LastIndexByte(string(b), ')')+2:])
 		u, _ := strconv.Atoi(f[11])
 		s, _ := strconv.Atoi(f[12])
-		t += u + s
+		t.user += u
+		t.sys += s
 	}
 	return t
+}
+
+// perRequest says the CPU from a to b for each of n requests, in
+// microseconds (a tick is 10 ms): all of it, in user space and in the
+// kernel.
+func perRequest(a, b cpuTicks, n int) string {
+	us := func(t int) float64 { return float64(t) * 1e4 / float64(n) }
+	u, s := us(b.user-a.user), us(b.sys-a.sys)
+	return fmt.Sprintf("%.0f us (user %.0f, system %.0f)", u+s, u, s)
 }
