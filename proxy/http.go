@@ -108,6 +108,7 @@ func (f *httpFrontend) resume(fd int, rec *parkedConn) {
 		return
 	}
 	sc.lazyNoDelay, sc.wrote = !rec.noDelay, rec.wrote
+	sc.Conn.(*acceptedConn).s.set = f.idle
 	hc := f.attach(sc, nil)
 	hc.closeAsked, hc.requests, hc.resumed = false, int(rec.requests), true
 	defer hc.finish()

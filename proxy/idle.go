@@ -45,6 +45,14 @@ const idleScan = time.Second
 // The epoll instance is itself waited on in the runtime's poller (an epoll
 // descriptor is readable while it has events), by one goroutine, run: no
 // thread is held by the wait.
+//
+// A socket stays in the epoll instance, edge-triggered, while the
+// connection woken from it is served, so that parking it again costs no
+// system call (adopt): an event then, which finds nothing parked, marks
+// the record pending instead, and the park looks at the socket. A served
+// connection that has to wait in the runtime's poller (a body, an
+// upgrade) leaves the set first (leave), or every segment it reads would
+// wake the set for nothing.
 type idleSet struct {
 	f    *httpFrontend
 	epfd int
@@ -72,10 +80,14 @@ type idleSet struct {
 type parkedConn struct {
 	seq uint32 // the park's number; 0: the slot is free
 	// held (seq 0): the descriptor was woken from the set and is likely
-	// still in its epoll instance, disarmed (EPOLLONESHOT), unless the
-	// connection has closed it since. A hint: it orders the epoll_ctl
-	// calls of the next park on that number.
+	// still in its epoll instance, armed, unless the connection has
+	// closed it since (or left the set: leave). A hint: it says whether
+	// a park on that number needs an epoll_ctl.
 	held bool
+	// pending (held): input or a hang-up came while the connection was
+	// served, and its event found nothing parked to wake; the next park
+	// (adopt) looks at the socket instead.
+	pending bool
 
 	requests int32 // served so far (maxRequestsPerConnection)
 	until    int64 // its idle timeout, in Unix nanoseconds
@@ -125,7 +137,7 @@ func (s *idleSet) park(fd int, rec parkedConn) bool {
 		// socket open (epoll's entries are per open socket, not per
 		// descriptor number).
 		epollCtl(s.epfd, unix.EPOLL_CTL_DEL, fd, nil)
-		s.byFD[fd].held = false
+		s.byFD[fd] = parkedConn{}
 	}
 	r, _, e := unix.RawSyscall(unix.SYS_FCNTL, uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if e != 0 {
@@ -142,46 +154,82 @@ func (s *idleSet) park(fd int, rec parkedConn) bool {
 // adopt parks fd itself, a connection's descriptor handed over
 // (lazySock.handOver), as park does a duplicate. A connection woken from
 // the set and served without waiting in the runtime's poller comes back
-// so: its descriptor is still in the set's epoll instance, disarmed, and
-// one EPOLL_CTL_MOD arms it again, where park would make a dup, an add
-// and a close, after the delete of the wake-up. false: not parked (the
-// set is closing, or epoll failed): fd is still the caller's, to end.
+// so: its descriptor is still in the set's epoll instance, armed, and
+// the record alone parks it, where park would make a dup, an add and a
+// close, after the delete of the wake-up. When an event came while it
+// was served (pending), adopt looks at the socket, and wakes the
+// connection as that event would have, unless nothing is there to read.
+// false: not parked (the set is closing, or epoll failed): fd is still
+// the caller's, to end.
 func (s *idleSet) adopt(fd int, rec parkedConn) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return false
 	}
-	return s.watch(fd, rec)
+	if fd >= len(s.byFD) || !s.byFD[fd].held {
+		ok := s.watch(fd, rec)
+		s.mu.Unlock()
+		return ok
+	}
+	pending := s.byFD[fd].pending
+	seq := s.record(fd, rec)
+	s.mu.Unlock()
+	if pending && fdReadable(fd) {
+		// Taken back unless an event has taken it since (then that
+		// wake-up serves it).
+		s.mu.Lock()
+		rec, ok := s.take(fd, seq)
+		s.mu.Unlock()
+		if ok {
+			s.wake(woken{fd: fd, rec: rec})
+		}
+	}
+	return true
 }
 
-// watch arms fd in the epoll instance, for one event, and records rec as
-// its park; mu held.
+// leave takes fd, a connection woken from the set and being served, out
+// of the set's epoll instance: it waits in the runtime's poller from now
+// on (lazySock.poll), and parks again as a duplicate, if it does.
+func (s *idleSet) leave(fd int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fd < len(s.byFD) && s.byFD[fd].held {
+		epollCtl(s.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+		s.byFD[fd] = parkedConn{}
+	}
+}
+
+// watch adds fd to the epoll instance, edge-triggered (an event for
+// each arrival of input, and for the hang-up), and records rec as its
+// park; mu held.
 func (s *idleSet) watch(fd int, rec parkedConn) bool {
+	// Added under the lock, so that an event (due at once when input
+	// came meanwhile: epoll reports it) finds the record.
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(fd)}
+	if e := epollCtl(s.epfd, unix.EPOLL_CTL_ADD, fd, &ev); e != 0 {
+		if e != unix.EEXIST || epollCtl(s.epfd, unix.EPOLL_CTL_MOD, fd, &ev) != 0 {
+			return false
+		}
+	}
+	s.record(fd, rec)
+	return true
+}
+
+// record numbers rec's park and records it for fd, and returns its
+// number; mu held.
+func (s *idleSet) record(fd int, rec parkedConn) uint32 {
 	s.seq++
 	if s.seq == 0 {
 		s.seq++
 	}
-	rec.seq = s.seq
-	// Armed under the lock, so that an event (due at once when input
-	// came meanwhile: epoll reports it) finds the record. One event, then
-	// the descriptor is off until it is armed again (EPOLLONESHOT).
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(fd), Pad: int32(rec.seq)}
-	first, second := unix.EPOLL_CTL_ADD, unix.EPOLL_CTL_MOD
-	if fd < len(s.byFD) && s.byFD[fd].held {
-		first, second = second, first
-	}
-	if e := epollCtl(s.epfd, first, fd, &ev); e != 0 {
-		if e != unix.EEXIST && e != unix.ENOENT || epollCtl(s.epfd, second, fd, &ev) != 0 {
-			return false
-		}
-	}
+	rec.seq, rec.held, rec.pending = s.seq, false, false
 	if fd >= len(s.byFD) {
 		s.byFD = append(s.byFD, make([]parkedConn, fd+1-len(s.byFD)+len(s.byFD)/2)...)
 	}
 	s.byFD[fd] = rec
 	s.n++
-	return true
+	return rec.seq
 }
 
 // count is how many connections are parked.
@@ -251,9 +299,12 @@ func (s *idleSet) collect(uintptr) bool {
 		}
 		s.mu.Lock()
 		for _, ev := range s.events[:n] {
-			if rec, ok := s.take(int(ev.Fd), uint32(ev.Pad)); ok {
+			fd := int(ev.Fd)
+			if rec, ok := s.take(fd, 0); ok {
 				hup := ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
-				s.woken = append(s.woken, woken{int(ev.Fd), rec, hup})
+				s.woken = append(s.woken, woken{fd, rec, hup})
+			} else if fd < len(s.byFD) && s.byFD[fd].held {
+				s.byFD[fd].pending = true // being served: its next park looks
 			}
 		}
 		s.mu.Unlock()
@@ -273,9 +324,8 @@ func (s *idleSet) collect(uintptr) bool {
 }
 
 // wake serves w's connection in a goroutine of the frontend's pool. Its
-// socket stays in the epoll instance, disarmed (EPOLLONESHOT), for the
-// next park (adopt); when the connection closes instead, the close takes
-// it out.
+// socket stays in the epoll instance for the next park (adopt); when the
+// connection closes instead, the close takes it out.
 func (s *idleSet) wake(w woken) {
 	s.f.gp.Go(func() { s.f.resume(w.fd, &w.rec) })
 }
@@ -345,6 +395,14 @@ func (s *idleSet) stop() {
 func epollCtl(epfd, op, fd int, ev *unix.EpollEvent) unix.Errno {
 	_, _, e := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
 	return e
+}
+
+// fdReadable reports whether a read of socket fd would not wait: input,
+// the end of it, or an error. Raw, as fdPending.
+func fdReadable(fd int) bool {
+	var b [1]byte
+	_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	return errno != unix.EAGAIN
 }
 
 // fdPending reports whether socket fd has input to read. Raw, as

@@ -39,6 +39,9 @@ type lazySock struct {
 	mu sync.Mutex // serializes joining the poller, Close, and deadlines
 	// The deadlines set before joining (Unix nanoseconds; 0: none).
 	rdl, wdl atomic.Int64
+	// set is the idle set the socket was woken from, if it was: joining
+	// the poller takes it out of the set's epoll instance (idleSet.leave).
+	set *idleSet
 }
 
 // lazySock's state bits.
@@ -157,6 +160,9 @@ func (s *lazySock) poll() (*polledSock, error) {
 	}
 	p := &polledSock{f: f, rc: rc}
 	s.polled.Store(p)
+	if s.set != nil {
+		s.set.leave(s.fd)
+	}
 	return p, nil
 }
 
