@@ -398,20 +398,25 @@ func epollCtl(epfd, op, fd int, ev *unix.EpollEvent) unix.Errno {
 }
 
 // fdReadable reports whether a read of socket fd would not wait: input,
-// the end of it, or an error. Raw, as fdPending.
+// the end of it, or an error.
 func fdReadable(fd int) bool {
-	var b [1]byte
-	_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	_, errno := peekByte(fd)
 	return errno != unix.EAGAIN
 }
 
-// fdPending reports whether socket fd has input to read. Raw, as
+// fdPending reports whether socket fd has input to read.
+func fdPending(fd int) bool {
+	n, errno := peekByte(fd)
+	return errno == 0 && n > 0
+}
+
+// peekByte peeks at one byte of socket fd without waiting. Raw, as
 // sockConn's reads: a non-blocking peek need not be announced to the
 // scheduler.
-func fdPending(fd int) bool {
+func peekByte(fd int) (int, unix.Errno) {
 	var b [1]byte
 	n, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-	return errno == 0 && n > 0
+	return int(n), errno
 }
 
 // pollableEpoll makes an epoll instance that the runtime's poller waits

@@ -9,10 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/baton-proxy/baton/proxy/h1"
-	"golang.org/x/sys/unix"
 )
 
 // writeBufSize is the write buffer of client and upstream connections.
@@ -285,11 +283,10 @@ func (uc *upConn) alive() bool {
 	if uc.fd < 0 {
 		return true
 	}
-	var b [1]byte
-	_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(uc.fd), uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-	if errno != unix.EAGAIN {
+	if fdReadable(uc.fd) {
 		return false
 	}
+	var b [1]byte
 	if uc.tls != nil {
 		// TLS may hold decrypted bytes, or whole records, that the
 		// socket no longer shows: a read that may not wait returns them
