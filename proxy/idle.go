@@ -74,6 +74,9 @@ type idleSet struct {
 	n      int          // how many are parked
 	seq    uint32       // numbers each park, so that a stale event is known
 	closed bool         // no more parks (closeAll, stop)
+	// stopped: epfd is closed, or about to be (stop), and its number may
+	// be another descriptor's soon: no epoll_ctl on it any more.
+	stopped bool
 }
 
 // parkedConn is what a parked connection's next h1conn needs.
@@ -136,7 +139,7 @@ func (s *idleSet) park(fd int, rec parkedConn) bool {
 		// before the descriptor closes, since the duplicate keeps the
 		// socket open (epoll's entries are per open socket, not per
 		// descriptor number).
-		epollCtl(s.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+		s.unwatch(fd)
 		s.byFD[fd] = parkedConn{}
 	}
 	r, _, e := unix.RawSyscall(unix.SYS_FCNTL, uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
@@ -195,8 +198,16 @@ func (s *idleSet) leave(fd int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if fd < len(s.byFD) && s.byFD[fd].held {
-		epollCtl(s.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+		s.unwatch(fd)
 		s.byFD[fd] = parkedConn{}
+	}
+}
+
+// unwatch takes fd out of the epoll instance, unless the set has
+// stopped; mu held.
+func (s *idleSet) unwatch(fd int) {
+	if !s.stopped {
+		epollCtl(s.epfd, unix.EPOLL_CTL_DEL, fd, nil)
 	}
 }
 
@@ -355,7 +366,9 @@ func (s *idleSet) end(w woken) {
 		s.wake(w)
 		return
 	}
-	epollCtl(s.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
+	s.mu.Lock()
+	s.unwatch(w.fd)
+	s.mu.Unlock()
 	unix.RawSyscall(unix.SYS_CLOSE, uintptr(w.fd), 0, 0) // no input unread: a FIN, not a reset
 	s.f.closed()
 }
@@ -382,6 +395,9 @@ func (s *idleSet) closeAll() {
 // stop ends what is parked and the set's goroutine.
 func (s *idleSet) stop() {
 	s.closeAll()
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
 	s.ep.Close()
 	<-s.done
 }

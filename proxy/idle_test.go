@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // parked counts the connections p's idle sets hold.
@@ -216,6 +218,55 @@ func TestInputWhileServedIsNotLost(t *testing.T) {
 	io.WriteString(c, "body")
 	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("POST after leaving the set: %v %v", resp, err)
+	}
+}
+
+// Once a set has stopped, its epoll descriptor's number is free for the
+// next descriptor the worker opens, perhaps another epoll instance: a
+// connection that was woken from the set and leaves it afterwards
+// (leave) must not make its epoll_ctl on that number, or it would take
+// the socket out of someone else's instance.
+func TestStoppedSetTouchesNoEpoll(t *testing.T) {
+	s, err := newIdleSet(&httpFrontend{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pair[0])
+	defer unix.Close(pair[1])
+	fd := pair[0]
+	s.mu.Lock()
+	s.watch(fd, parkedConn{until: time.Now().Add(time.Hour).UnixNano()})
+	s.take(fd, 0) // woken: held, still in the set's epoll instance
+	s.mu.Unlock()
+	s.stop()
+
+	// Another epoll instance on the number the set's had.
+	other, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other != s.epfd {
+		if _, err := unix.FcntlInt(uintptr(s.epfd), unix.F_GETFD, 0); err != unix.EBADF {
+			t.Fatalf("descriptor %d of the stopped set is open again (%v): cannot place the other instance", s.epfd, err)
+		}
+		if err := unix.Dup3(other, s.epfd, unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(other)
+		other = s.epfd
+	}
+	defer unix.Close(other)
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+	if err := unix.EpollCtl(other, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		t.Fatal(err)
+	}
+	s.leave(fd)
+	if err := unix.EpollCtl(other, unix.EPOLL_CTL_ADD, fd, &ev); err != unix.EEXIST {
+		t.Fatalf("adding the socket again to the other instance: %v, want EEXIST (the stopped set took it out)", err)
 	}
 }
 
