@@ -242,12 +242,36 @@ func report(r *Results) string {
 					w("| %s | %d | %.0f | %.0f | %.2f | %.2f | %s | %s |\n", n, m.Conns, m.BytesPerConn, m.BytesPerConn*100_000/(1<<20)+float64(m.RSSBeforeKiB)/1024, m.WakeP50, m.WakeP99, rps, p99)
 				}
 			}
+			wakeSpread(w, r, names)
 		}
 	}
 	w("\n")
 	b.WriteString(goals(r))
 	b.WriteString(findings)
 	return b.String()
+}
+
+// wakeSpread shows more of the distribution of the requests on idle
+// connections, when the run recorded it: where the targets part.
+func wakeSpread(w func(string, ...any), r *Results, names []string) {
+	qs := []float64{0.10, 0.50, 0.90, 0.95, 0.99, 0.995}
+	first := true
+	for _, n := range names {
+		l := r.IdleMany[n].WakeMs
+		if len(l) == 0 {
+			continue
+		}
+		if first {
+			w("\nThe requests on idle connections, in ms (the bench's own garbage collector was off while they ran):\n\n")
+			w("| target | p10 | p50 | p90 | p95 | p99 | p99.5 | max |\n|---|---|---|---|---|---|---|---|\n")
+			first = false
+		}
+		w("| %s |", n)
+		for _, q := range qs {
+			w(" %.3f |", l[min(len(l)-1, int(q*float64(len(l))))])
+		}
+		w(" %.3f |\n", l[len(l)-1])
+	}
 }
 
 // findings is what profiling taught us; it changes with the code, not
