@@ -43,6 +43,8 @@ type idleResult struct {
 	// WakeMs are those latencies (ms), sorted: for the percentiles the
 	// report does not show, and to set runs side by side.
 	WakeMs []float64 `json:"wakeMs,omitempty"`
+	// WakeFaults is the workers' minor page faults over those requests.
+	WakeFaults int64 `json:"wakeFaults,omitempty"`
 }
 
 // idleSettle is how long the idle connections wait before the workers'
@@ -153,6 +155,10 @@ func (b *bench) idleMany(ts []target, n int) (map[string]idleResult, error) {
 	// the scavenger meeting a request added its time to whichever target
 	// was asked. The requests below allocate a few MB at most.
 	debug.FreeOSMemory()
+	faults := make([]int64, len(ts))
+	for i, t := range ts {
+		faults[i] = minorFaults(t.PIDs()["worker"])
+	}
 	lat, err := func() ([][]float64, error) {
 		defer debug.SetGCPercent(debug.SetGCPercent(-1))
 		lat := make([][]float64, len(ts))
@@ -180,6 +186,7 @@ func (b *bench) idleMany(ts []target, n int) (map[string]idleResult, error) {
 		return out, err
 	}
 	for i, t := range ts {
+		res[i].WakeFaults = minorFaults(t.PIDs()["worker"]) - faults[i]
 		l := lat[i]
 		slices.Sort(l)
 		res[i].WakeP50, res[i].WakeP99, res[i].WakeRequests, res[i].WakeMs = l[len(l)/2], l[len(l)*99/100], len(l), l

@@ -325,7 +325,16 @@ const clockTicks = 100
 
 // cpuTicks returns the CPU time (user and system) the processes used so
 // far, in clock ticks.
-func cpuTicks(pids []int) int64 {
+func cpuTicks(pids []int) int64 { return statSum(pids, 14, 15) }
+
+// minorFaults returns the page faults the processes took so far that
+// needed no read from disk (a page first touched, or touched again after
+// it was given back to the system).
+func minorFaults(pids []int) int64 { return statSum(pids, 10) }
+
+// statSum sums fields of the processes' /proc/PID/stat, numbered as in
+// proc(5).
+func statSum(pids []int, fields ...int) int64 {
 	var n int64
 	for _, p := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
@@ -333,13 +342,14 @@ func cpuTicks(pids []int) int64 {
 			continue
 		}
 		// The fields after the command (which may hold spaces), from
-		// state (field 3): utime and stime are fields 14 and 15.
+		// state (field 3) on.
 		s := string(b)
 		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 12 {
-			u, _ := strconv.ParseInt(f[11], 10, 64)
-			k, _ := strconv.ParseInt(f[12], 10, 64)
-			n += u + k
+		for _, k := range fields {
+			if k-3 < len(f) {
+				v, _ := strconv.ParseInt(f[k-3], 10, 64)
+				n += v
+			}
 		}
 	}
 	return n

@@ -263,14 +263,14 @@ func wakeSpread(w func(string, ...any), r *Results, names []string) {
 		}
 		if first {
 			w("\nThe requests on idle connections, in ms (the bench's own garbage collector was off while they ran):\n\n")
-			w("| target | p10 | p50 | p90 | p95 | p99 | p99.5 | max |\n|---|---|---|---|---|---|---|---|\n")
+			w("| target | p10 | p50 | p90 | p95 | p99 | p99.5 | max | workers' minor page faults a request |\n|---|---|---|---|---|---|---|---|---|\n")
 			first = false
 		}
 		w("| %s |", n)
 		for _, q := range qs {
 			w(" %.3f |", l[min(len(l)-1, int(q*float64(len(l))))])
 		}
-		w(" %.3f |\n", l[len(l)-1])
+		w(" %.3f | %.2f |\n", l[len(l)-1], float64(r.IdleMany[n].WakeFaults)/float64(len(l)))
 	}
 }
 
