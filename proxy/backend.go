@@ -10,6 +10,7 @@ import (
 	"golang.org/x/net/http2"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,7 +79,8 @@ type backend struct {
 // counters survive updates.
 type endpoint struct {
 	addr     string
-	key      string // the sticky cookie's value for it
+	ap       netip.AddrPort // addr, when an IP address and port (not a host name)
+	key      string         // the sticky cookie's value for it
 	pool     *addrPool
 	tlsConf  *tls.Config // the backend's, with this endpoint's ServerName; nil: plain TCP
 	inflight atomic.Int64
@@ -223,7 +225,8 @@ func (b *backend) update(eps []kube.Endpoint, err error) {
 	for _, e := range eps {
 		ep := b.byAddr[e.Address]
 		if ep == nil {
-			ep = &endpoint{addr: e.Address, key: stickyKey(e.Address), pool: newAddrPool(e.Address, maxIdlePerAddress, b.lifetime, b.cfg.IdleTimeout.Std()), tlsConf: b.endpointTLS(e.Address)}
+			ap, _ := netip.ParseAddrPort(e.Address) // zero when a host name
+			ep = &endpoint{addr: e.Address, ap: ap, key: stickyKey(e.Address), pool: newAddrPool(e.Address, maxIdlePerAddress, b.lifetime, b.cfg.IdleTimeout.Std()), tlsConf: b.endpointTLS(e.Address)}
 			b.byAddr[e.Address] = ep
 		}
 		keep[e.Address] = true

@@ -552,7 +552,10 @@ func TestTCPStreamKeepAlive(t *testing.T) {
 			v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE)
 			return err == nil && v == 1
 		}
-		for _, s := range l.sides {
+		for _, s := range l.sides.by {
+			if s == nil {
+				continue
+			}
 			if st := s.st; st.a.fd >= 0 && st.b.fd >= 0 && st.state == stateRelay {
 				return on(st.a.fd), on(st.b.fd), true
 			}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -39,49 +40,102 @@ var (
 // extension twice; whatever hello crypto/tls would take, it takes too, with
 // the same name (FuzzClientHello holds it to that).
 func readClientHello(r io.Reader, max int) (raw []byte, serverName string, err error) {
+	in := helloInput{r: r}
+	name, err := in.hello(max)
+	return in.raw, name, err
+}
+
+// clientHelloName returns the server name of the ClientHello whose
+// records b holds, as readClientHello reads them, without copying what
+// one record holds: for a stream loop, which has read them already
+// (helloScan said they are whole, or that they are not a hello).
+func clientHelloName(b []byte, max int) (string, error) {
+	in := helloInput{raw: b}
+	return in.hello(max)
+}
+
+// helloInput is where a ClientHello's records come from: r, keeping what
+// was read in raw; or, with no r, raw, taken from off on.
+type helloInput struct {
+	r   io.Reader
+	raw []byte
+	off int
+}
+
+// next returns the next n bytes, as io.ReadFull would read them (io.EOF
+// when none came, io.ErrUnexpectedEOF when some did).
+func (in *helloInput) next(n int) ([]byte, error) {
+	if in.r == nil {
+		p := in.raw[in.off:min(in.off+n, len(in.raw))]
+		in.off += len(p)
+		switch {
+		case len(p) == n:
+			return p, nil
+		case len(p) == 0:
+			return p, io.EOF
+		}
+		return p, io.ErrUnexpectedEOF
+	}
+	start := len(in.raw)
+	in.raw = append(in.raw, make([]byte, n)...)
+	k, err := io.ReadFull(in.r, in.raw[start:])
+	in.raw = in.raw[:start+k]
+	return in.raw[start:], err
+}
+
+// read returns how many bytes were taken so far.
+func (in *helloInput) read() int {
+	if in.r == nil {
+		return in.off
+	}
+	return len(in.raw)
+}
+
+// hello takes the ClientHello's records and parses the hello.
+func (in *helloInput) hello(max int) (string, error) {
 	var hs []byte // the handshake message, joined from the fragments
 	for {
-		var hdr [5]byte
-		k, err := io.ReadFull(r, hdr[:])
-		raw = append(raw, hdr[:k]...)
+		hdr, err := in.next(5)
 		if err != nil {
-			if len(raw) == 0 && err == io.EOF {
-				return raw, "", err
+			if in.read() == 0 && err == io.EOF {
+				return "", err
 			}
-			return raw, "", fmt.Errorf("tls passthrough: reading a record: %w", err)
+			return "", fmt.Errorf("tls passthrough: reading a record: %w", err)
 		}
 		n := int(hdr[3])<<8 | int(hdr[4])
 		switch {
 		case hdr[0] != 22 || hdr[1] >= 0x10: // a handshake record, of a version crypto/tls would read
-			return raw, "", errNotTLS
+			return "", errNotTLS
 		case n == 0 || n > maxRecord: // no empty handshake fragment (RFC 8446 §5.1)
-			return raw, "", errBadClientHello
-		case len(raw)+n > max:
-			return raw, "", errHelloTooLarge
+			return "", errBadClientHello
+		case in.read()+n > max:
+			return "", errHelloTooLarge
 		}
-		start := len(raw)
-		raw = append(raw, make([]byte, n)...)
-		if k, err := io.ReadFull(r, raw[start:]); err != nil {
-			return raw[:start+k], "", fmt.Errorf("tls passthrough: reading a record: %w", err)
+		frag, err := in.next(n)
+		if err != nil {
+			return "", fmt.Errorf("tls passthrough: reading a record: %w", err)
 		}
-		hs = append(hs, raw[start:]...)
+		if hs == nil {
+			hs = frag[:n:n] // a second fragment's append copies
+		} else {
+			hs = append(hs, frag...)
+		}
 		if len(hs) < 4 {
 			continue
 		}
 		if hs[0] != 1 { // client_hello
-			return raw, "", errNotTLS
+			return "", errNotTLS
 		}
 		body := int(hs[1])<<16 | int(hs[2])<<8 | int(hs[3])
 		switch {
 		case body > maxHandshake:
-			return raw, "", errHelloTooLarge
+			return "", errHelloTooLarge
 		case len(hs) < 4+body:
 			continue
 		}
 		// What follows the ClientHello in its record (a client must not
 		// send more before the server's answer) goes on with it.
-		name, err := helloServerName(hs[4 : 4+body])
-		return raw, name, err
+		return helloServerName(hs[4 : 4+body])
 	}
 }
 
@@ -102,7 +156,11 @@ func helloServerName(b []byte) (string, error) {
 	if !p.vector16(&exts) || len(p) != 0 {
 		return "", errBadClientHello
 	}
-	seen := make(map[uint16]bool)
+	// The extensions' types, to refuse one that comes twice as
+	// crypto/tls does; sorted once all are read (a hello may have
+	// thousands), and on the stack for a usual hello's twenty or so.
+	var typesBuf [48]uint16
+	types := typesBuf[:0]
 	name := ""
 	for len(exts) > 0 {
 		var typ uint16
@@ -110,10 +168,7 @@ func helloServerName(b []byte) (string, error) {
 		if !exts.uint16(&typ) || !exts.vector16(&data) {
 			return "", errBadClientHello
 		}
-		if seen[typ] {
-			return "", errBadClientHello // crypto/tls refuses a repeated extension
-		}
-		seen[typ] = true
+		types = append(types, typ)
 		if typ != 0 { // not server_name
 			continue
 		}
@@ -137,6 +192,12 @@ func helloServerName(b []byte) (string, error) {
 			if strings.HasSuffix(name, ".") {
 				return "", errBadClientHello // "The hostname is represented ... without a trailing dot"
 			}
+		}
+	}
+	slices.Sort(types)
+	for i := 1; i < len(types); i++ {
+		if types[i] == types[i-1] {
+			return "", errBadClientHello // crypto/tls refuses a repeated extension
 		}
 	}
 	return name, nil

@@ -153,8 +153,9 @@ func TestReadClientHello(t *testing.T) {
 // FuzzClientHello holds readClientHello to crypto/tls's server: whatever
 // first flight crypto/tls parses a ClientHello from (its
 // GetConfigForClient is called), readClientHello takes too, with the same
-// server name; and readClientHello never reads past the records it
-// returns, whatever the input.
+// server name; readClientHello never reads past the records it
+// returns, whatever the input; and clientHelloName, given the input
+// whole, answers as readClientHello does.
 func FuzzClientHello(f *testing.F) {
 	for _, cfg := range []*tls.Config{
 		{ServerName: "shop.example"},
@@ -177,6 +178,11 @@ func FuzzClientHello(f *testing.F) {
 		}
 		if stdName, ok := stdServerName(in); ok && (err != nil || name != stdName) {
 			t.Fatalf("crypto/tls reads server name %q; readClientHello %q, %v", stdName, name, err)
+		}
+		// The stream loop's parse of what it has read answers as the
+		// read does, error for error.
+		if loopName, loopErr := clientHelloName(in, maxClientHello); loopName != name || fmt.Sprint(loopErr) != fmt.Sprint(err) {
+			t.Fatalf("clientHelloName: %q, %v; readClientHello: %q, %v", loopName, loopErr, name, err)
 		}
 		// The stream loop's helloScan, fed what has come so far, says
 		// "whole" once as much has come as readClientHello reads before

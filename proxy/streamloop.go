@@ -40,13 +40,17 @@ type streamLoop struct {
 	rc   syscall.RawConn
 
 	mu      sync.Mutex // held while the loop handles events, and to add or close streams
-	sides   map[int32]*loopSide
+	sides   sideTable
 	closing bool // drain deadline passed: close, do not start
 	// asleep: the loop waits with no deadline, having no stream to sweep;
 	// the next stream added sets it.
 	asleep bool
 	free   [][]byte
 	evs    [64]unix.EpollEvent
+	// now is when the events at hand were taken (or the stream at hand
+	// added): the clock is read once for them, as nginx reads it once a
+	// turn of its loop, not for each time a stream records.
+	now time.Time
 	// again holds the streams that used their turn with more to move,
 	// to be moved on after the events at hand; spare is its other half.
 	again, spare []*loopStream
@@ -99,6 +103,39 @@ type loopStream struct {
 	remote    *net.TCPAddr
 }
 
+// sideTable holds a loop's sockets by descriptor. Descriptors are small
+// numbers, the lowest free one first, so a slice indexed by them finds a
+// socket without hashing: the map it replaced took a tenth of the loop's
+// user CPU for TLS passthrough (docs/design.md).
+type sideTable struct {
+	by []*loopSide // by descriptor; nil: not the loop's
+	n  int         // how many are not nil
+}
+
+func (t *sideTable) get(fd int32) *loopSide {
+	if fd < 0 || int(fd) >= len(t.by) {
+		return nil
+	}
+	return t.by[fd]
+}
+
+func (t *sideTable) add(s *loopSide) {
+	if s.fd >= len(t.by) {
+		t.by = append(t.by, make([]*loopSide, s.fd+1-len(t.by))...)
+	}
+	if t.by[s.fd] == nil {
+		t.n++
+	}
+	t.by[s.fd] = s
+}
+
+func (t *sideTable) del(fd int) {
+	if fd < len(t.by) && t.by[fd] != nil {
+		t.by[fd] = nil
+		t.n--
+	}
+}
+
 // loopSide is one socket of a stream, and the bytes read from it that the
 // other side has not taken yet.
 type loopSide struct {
@@ -121,7 +158,7 @@ func newStreamLoop(f *tcpFrontend) (*streamLoop, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stream loop: %w", err)
 	}
-	return &streamLoop{f: f, epfd: fd, file: file, rc: rc, sides: make(map[int32]*loopSide), done: make(chan struct{})}, nil
+	return &streamLoop{f: f, epfd: fd, file: file, rc: rc, done: make(chan struct{})}, nil
 }
 
 // run handles the loop's events until stop. With no stream it waits
@@ -130,7 +167,7 @@ func (l *streamLoop) run() {
 	defer close(l.done)
 	for {
 		l.mu.Lock()
-		l.asleep = len(l.sides) == 0
+		l.asleep = l.sides.n == 0
 		if l.asleep {
 			l.file.SetReadDeadline(time.Time{})
 		} else {
@@ -142,7 +179,8 @@ func (l *streamLoop) run() {
 		case err == nil:
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			l.mu.Lock()
-			l.sweep(time.Now())
+			l.now = time.Now()
+			l.sweep(l.now)
 			l.mu.Unlock()
 		default:
 			return // closed
@@ -161,8 +199,8 @@ func (l *streamLoop) closeAll() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closing = true
-	for _, s := range l.sides {
-		if s == &s.st.a {
+	for _, s := range l.sides.by {
+		if s != nil && s == &s.st.a {
 			l.end(s.st)
 		}
 	}
@@ -184,8 +222,9 @@ func (l *streamLoop) step(uintptr) bool {
 		if r == 0 && len(l.again) == 0 {
 			return false
 		}
+		l.now = time.Now()
 		for _, ev := range l.evs[:r] {
-			s := l.sides[ev.Fd]
+			s := l.sides.get(ev.Fd)
 			if s == nil {
 				continue // its stream ended with an earlier event of this batch
 			}
@@ -222,7 +261,8 @@ func (l *streamLoop) step(uintptr) bool {
 // stream: routed now, or, with passthrough, once its ClientHello has come.
 func (l *streamLoop) add(c *bareConn) {
 	f := l.f
-	st := &loopStream{start: time.Now(), remote: c.remote}
+	now := time.Now()
+	st := &loopStream{start: now, remote: c.remote}
 	st.a = loopSide{fd: c.take(), st: st, writable: true}
 	st.b = loopSide{fd: -1, st: st}
 	st.a.peer, st.b.peer = &st.b, &st.a
@@ -233,6 +273,7 @@ func (l *streamLoop) add(c *bareConn) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.now = now
 	if l.closing {
 		l.end(st)
 		return
@@ -244,7 +285,7 @@ func (l *streamLoop) add(c *bareConn) {
 	if l.asleep {
 		// The stream's deadlines need the sweep.
 		l.asleep = false
-		l.file.SetReadDeadline(time.Now().Add(loopSweepEvery))
+		l.file.SetReadDeadline(now.Add(loopSweepEvery))
 	}
 	if f.passthrough {
 		st.state, st.deadline = stateHello, st.start.Add(f.p.cfg.HTTP.ReadHeaderTimeout.Std())
@@ -259,7 +300,7 @@ func (l *streamLoop) add(c *bareConn) {
 
 // watch adds s's socket to the epoll set, edge-triggered.
 func (l *streamLoop) watch(s *loopSide) bool {
-	l.sides[int32(s.fd)] = s
+	l.sides.add(s)
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(s.fd)}
 	_, _, e := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(l.epfd), unix.EPOLL_CTL_ADD, uintptr(s.fd), uintptr(unsafe.Pointer(&ev)), 0, 0)
 	return e == 0
@@ -295,7 +336,8 @@ func (l *streamLoop) readHello(st *loopStream) {
 	// (a client's hello is read whole before it is looked at).
 	for a.readable && len(st.hello) < maxClientHello {
 		buf := l.get()
-		n, e := rawRead(a.fd, buf)
+		p := buf[:min(len(buf), maxClientHello-len(st.hello))]
+		n, e := rawRead(a.fd, p)
 		switch {
 		case e == unix.EAGAIN:
 			a.readable = false
@@ -305,16 +347,29 @@ func (l *streamLoop) readHello(st *loopStream) {
 			return
 		case n == 0:
 			a.readable, a.eof = false, true
+		case st.hello == nil:
+			// The first bytes stay in the relay buffer they came in: a
+			// hello that comes at once is parsed and sent on from there.
+			st.hello, a.buf = buf[:n], buf
+			a.readable = n == len(p) || a.rdhup
+			continue
 		default:
-			st.hello = append(st.hello, buf[:n]...)
-			a.readable = n == len(buf) || a.rdhup
+			st.hello = append(st.hello, p[:n]...)
+			a.readable = n == len(p) || a.rdhup
 		}
 		l.put(buf)
 	}
 	if !a.eof && len(st.hello) < maxClientHello && !st.scan.whole(st.hello) {
-		return // not whole yet
+		if a.buf != nil {
+			// Not whole at once: while the client takes its time, what
+			// came is held in memory of its size, not in a relay buffer.
+			st.hello = bytes.Clone(st.hello)
+			l.put(a.buf)
+			a.buf = nil
+		}
+		return
 	}
-	_, sni, err := readClientHello(bytes.NewReader(st.hello), maxClientHello)
+	sni, err := clientHelloName(st.hello, maxClientHello)
 	if err != nil {
 		l.f.p.log.Debug("tls passthrough: no ClientHello", zap.String("listener", l.f.name), zap.Stringer("client", st.remote), zap.Error(err))
 		l.end(st)
@@ -329,7 +384,7 @@ func (l *streamLoop) readHello(st *loopStream) {
 		return
 	}
 	// What came, the hello and anything after it, goes first.
-	st.a.pend = st.hello
+	a.pend = st.hello
 	l.connectTo(st, b)
 }
 
@@ -342,7 +397,7 @@ func (l *streamLoop) connectTo(st *loopStream, b *backend) {
 	p := l.f.p
 	p.stats.requests.Add(1)
 	b.requests.Add(1)
-	st.backend, st.set, st.dialed = b, b.set.Load(), time.Now()
+	st.backend, st.set, st.dialed = b, b.set.Load(), l.now
 	if st.entry != nil {
 		st.entry.backend, st.entry.status = b.name, 502
 	}
@@ -360,18 +415,17 @@ func (l *streamLoop) dialNext(st *loopStream) {
 	}
 	st.att.tried(ep)
 	st.ep = ep
-	ap, err := netip.ParseAddrPort(ep.addr)
-	if err != nil || ep.tlsConf != nil {
+	if !ep.ap.IsValid() || ep.tlsConf != nil {
 		l.handOff(st)
 		return
 	}
-	fd, e := rawDial(ap)
+	fd, e := rawDial(ep.ap)
 	if e != 0 && e != unix.EINPROGRESS {
 		l.connectFailed(st, os.NewSyscallError("connect", e))
 		return
 	}
 	st.b = loopSide{fd: fd, st: st, peer: &st.a, writable: e == 0}
-	st.state, st.deadline = stateConnect, time.Now().Add(b.dialer.Timeout)
+	st.state, st.deadline = stateConnect, l.now.Add(b.dialer.Timeout)
 	if b.dialer.Timeout <= 0 {
 		st.deadline = time.Time{}
 	}
@@ -397,12 +451,12 @@ func (l *streamLoop) connected(st *loopStream) {
 		l.connectFailed(st, os.NewSyscallError("connect", e))
 		return
 	}
-	b := st.backend
-	b.connectTime.Observe(time.Since(st.dialed))
+	took := l.now.Sub(st.dialed)
+	st.backend.connectTime.Observe(took)
 	st.ep.connected()
 	st.state, st.deadline = stateRelay, time.Time{}
 	if e := st.entry; e != nil {
-		e.upstream, e.endpoint, e.status = time.Since(st.dialed), st.ep.addr, 200
+		e.upstream, e.endpoint, e.status = took, st.ep.addr, 200
 	}
 }
 
@@ -422,7 +476,7 @@ func (l *streamLoop) failed(st *loopStream) {
 	p.stats.failures.Add(1)
 	st.backend.errors.Add(1)
 	if e := st.entry; e != nil {
-		e.upstream = time.Since(st.dialed)
+		e.upstream = l.now.Sub(st.dialed)
 	}
 	l.end(st)
 }
@@ -434,8 +488,9 @@ func (l *streamLoop) handOff(st *loopStream) {
 	p := f.p
 	fd := st.a.fd
 	unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(l.epfd), unix.EPOLL_CTL_DEL, uintptr(fd), 0, 0, 0)
-	delete(l.sides, int32(fd))
+	l.sides.del(fd)
 	st.a.fd, st.ended = -1, true
+	st.a.buf, st.a.pend = nil, nil // the hello, st.hello, goes with the stream
 	l.unwatch(&st.b)
 	c, err := acceptedSock(fd, st.remote, nil)
 	if err != nil {
@@ -456,7 +511,7 @@ func (l *streamLoop) unwatch(s *loopSide) {
 	if s.fd < 0 {
 		return
 	}
-	delete(l.sides, int32(s.fd))
+	l.sides.del(s.fd)
 	unix.RawSyscall(unix.SYS_CLOSE, uintptr(s.fd), 0, 0)
 	s.fd = -1
 	if s.buf != nil {
@@ -558,11 +613,11 @@ func (l *streamLoop) relay(src *loopSide) bool {
 // that took too long: the connect moves on to the next endpoint), and
 // turns TCP keep-alive on for streams that have lived keepAliveAfter.
 func (l *streamLoop) sweep(now time.Time) {
-	for _, s := range l.sides {
-		st := s.st
-		if s != &st.a {
+	for _, s := range l.sides.by {
+		if s == nil || s != &s.st.a {
 			continue
 		}
+		st := s.st
 		switch {
 		case !st.deadline.IsZero() && now.After(st.deadline):
 			if st.state == stateConnect {

@@ -338,7 +338,7 @@ func TestStreamLoopHelloIsBounded(t *testing.T) {
 	}
 	f := &tcpFrontend{p: &Proxy{log: zap.NewNop()}, name: "pass", passthrough: true}
 	f.streams.Add(1)
-	l := &streamLoop{f: f, sides: make(map[int32]*loopSide)}
+	l := &streamLoop{f: f}
 	st := &loopStream{state: stateHello}
 	st.a = loopSide{fd: fds[0], st: st, readable: true, writable: true}
 	st.b = loopSide{fd: -1, st: st}
@@ -349,6 +349,41 @@ func TestStreamLoopHelloIsBounded(t *testing.T) {
 	}
 	if !st.ended {
 		t.Error("a hello past its bound did not end the stream")
+	}
+}
+
+// A ClientHello that has not all come is held in memory of its size
+// while the client takes its time, not in a 16 KiB relay buffer: tens of
+// thousands of clients that send a few bytes of a hello and stop (a
+// slowloris on passthrough) cost what they sent, until
+// http.readHeaderTimeout closes them.
+func TestStreamLoopPartialHelloHoldsNoBuffer(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[1])
+	hello := clientHello(t, &tls.Config{ServerName: "a.example", InsecureSkipVerify: true})
+	if _, err := unix.Write(fds[1], hello[:40]); err != nil {
+		t.Fatal(err)
+	}
+	f := &tcpFrontend{p: &Proxy{log: zap.NewNop()}, name: "pass", passthrough: true}
+	f.streams.Add(1)
+	l := &streamLoop{f: f}
+	st := &loopStream{state: stateHello}
+	st.a = loopSide{fd: fds[0], st: st, readable: true, writable: true}
+	st.b = loopSide{fd: -1, st: st}
+	st.a.peer, st.b.peer = &st.b, &st.a
+	defer l.end(st)
+	l.readHello(st)
+	if st.ended || !bytes.Equal(st.hello, hello[:40]) {
+		t.Fatalf("after 40 bytes of a hello: ended %t, holding % x", st.ended, st.hello)
+	}
+	if st.a.buf != nil || cap(st.hello) >= loopBufSize {
+		t.Errorf("40 bytes of a hello held in %d bytes (a relay buffer: %t)", cap(st.hello), st.a.buf != nil)
+	}
+	if len(l.free) != 1 {
+		t.Errorf("%d relay buffers back in the loop's pool, want the one read into", len(l.free))
 	}
 }
 
