@@ -95,6 +95,7 @@ func main() {
 	speedOnly := flag.Bool("speed-only", false, "measure throughput and latency only (for profiling; the report lacks the rest)")
 	rerender := flag.Bool("report-only", false, "measure nothing: write the report of the raw results in -json anew (after the report's text changed)")
 	phases := flag.String("phases", "speed,tls,rsa,accesslog,targets,idle,idlemany,timeline", "what to measure: throughput (speed), the TLS rows (tls), full RSA handshakes (rsa), the access log's cost, each target's reloads and memory (targets), idle connections' memory (idle: HTTP/1.1 and HTTP/2; idlemany: 30,000 from several processes), baton's handoff timeline")
+	rowsOnly := flag.String("rows", "", "with -phases speed or tls: only these rows, by their key in the JSON's rounds (tcpShort,tls.passthrough), to look at one row in a minute rather than all in ten")
 	attackOut := flag.String("attacks", "", "run the attack suite instead (make attacks), and write its table into `FILE` (docs/security.md)")
 	flag.Parse()
 	if *rerender {
@@ -183,6 +184,10 @@ func main() {
 		}
 		if do["tls"] {
 			rows = append(rows, r.tlsRows()...)
+		}
+		if *rowsOnly != "" {
+			keep := strings.Split(*rowsOnly, ",")
+			rows = slices.DeleteFunc(rows, func(r row) bool { return !slices.Contains(keep, r.key) })
 		}
 		ts := r.startAll(names)
 		r.keep(r.interleave(ts, rows))
