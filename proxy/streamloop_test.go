@@ -336,13 +336,7 @@ func TestStreamLoopHelloIsBounded(t *testing.T) {
 	if queued < maxClientHello+2*loopBufSize {
 		t.Fatalf("the socket pair holds %d bytes, too few to show the bound", queued)
 	}
-	f := &tcpFrontend{p: &Proxy{log: zap.NewNop()}, name: "pass", passthrough: true}
-	f.streams.Add(1)
-	l := &streamLoop{f: f}
-	st := &loopStream{state: stateHello}
-	st.a = loopSide{fd: fds[0], st: st, readable: true, writable: true}
-	st.b = loopSide{fd: -1, st: st}
-	st.a.peer, st.b.peer = &st.b, &st.a
+	l, st := helloStream(fds[0])
 	l.readHello(st)
 	if len(st.hello) > maxClientHello+loopBufSize {
 		t.Errorf("read %d bytes of a hello that never ends (%d queued), past its bound %d", len(st.hello), queued, maxClientHello+loopBufSize)
@@ -350,6 +344,20 @@ func TestStreamLoopHelloIsBounded(t *testing.T) {
 	if !st.ended {
 		t.Error("a hello past its bound did not end the stream")
 	}
+}
+
+// helloStream returns a passthrough listener's loop, with nothing but a
+// logger behind it, and a stream of it waiting for the ClientHello on
+// the socket fd, readable: for readHello alone.
+func helloStream(fd int) (*streamLoop, *loopStream) {
+	f := &tcpFrontend{p: &Proxy{log: zap.NewNop()}, name: "pass", passthrough: true}
+	f.streams.Add(1)
+	l := &streamLoop{f: f}
+	st := &loopStream{state: stateHello}
+	st.a = loopSide{fd: fd, st: st, readable: true, writable: true}
+	st.b = loopSide{fd: -1, st: st}
+	st.a.peer, st.b.peer = &st.b, &st.a
+	return l, st
 }
 
 // A ClientHello that has not all come is held in memory of its size
@@ -367,13 +375,7 @@ func TestStreamLoopPartialHelloHoldsNoBuffer(t *testing.T) {
 	if _, err := unix.Write(fds[1], hello[:40]); err != nil {
 		t.Fatal(err)
 	}
-	f := &tcpFrontend{p: &Proxy{log: zap.NewNop()}, name: "pass", passthrough: true}
-	f.streams.Add(1)
-	l := &streamLoop{f: f}
-	st := &loopStream{state: stateHello}
-	st.a = loopSide{fd: fds[0], st: st, readable: true, writable: true}
-	st.b = loopSide{fd: -1, st: st}
-	st.a.peer, st.b.peer = &st.b, &st.a
+	l, st := helloStream(fds[0])
 	defer l.end(st)
 	l.readHello(st)
 	if st.ended || !bytes.Equal(st.hello, hello[:40]) {

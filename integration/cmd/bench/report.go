@@ -257,7 +257,8 @@ func wakeSpread(w func(string, ...any), r *Results, names []string) {
 	qs := []float64{0.10, 0.50, 0.90, 0.95, 0.99, 0.995}
 	first := true
 	for _, n := range names {
-		l := r.IdleMany[n].WakeMs
+		m := r.IdleMany[n]
+		l := m.WakeMs
 		if len(l) == 0 {
 			continue
 		}
@@ -270,7 +271,7 @@ func wakeSpread(w func(string, ...any), r *Results, names []string) {
 		for _, q := range qs {
 			w(" %.3f |", l[min(len(l)-1, int(q*float64(len(l))))])
 		}
-		w(" %.3f | %.2f |\n", l[len(l)-1], float64(r.IdleMany[n].WakeFaults)/float64(len(l)))
+		w(" %.3f | %.2f |\n", l[len(l)-1], float64(m.WakeFaults)/float64(len(l)))
 	}
 }
 
