@@ -336,7 +336,7 @@ func (b *backend) dialStream(ctx context.Context) (net.Conn, *endpoint, error) {
 		var sc *sockConn
 		raw, err := false, error(nil)
 		if ctx.Done() == nil { // dialRaw cannot be cancelled
-			sc, raw, err = dialRaw(ep.addr, b.dialer.Timeout)
+			sc, raw, err = dialRaw(ep.ap, b.dialer.Timeout)
 		}
 		if raw && err == nil {
 			c = sc

@@ -411,16 +411,15 @@ func deferAccept(ln net.Listener, on bool) {
 	rc.Control(func(fd uintptr) { rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, v) })
 }
 
-// dialRaw connects to addr (an IP address and port) as rawListener
-// accepts: a non-blocking socket of its own, waited on in the runtime's
-// poller through an *os.File, within timeout. What net.Dialer adds and a
-// stream does not need: the local and peer addresses asked of the socket
-// (two system calls), TCP_NODELAY at once (sockConn sets it before the
-// second write). It returns the connection as a sockConn; ok is false
-// when addr is not an IP address and port (the caller dials otherwise).
-func dialRaw(addr string, timeout time.Duration) (c *sockConn, ok bool, err error) {
-	ap, perr := netip.ParseAddrPort(addr)
-	if perr != nil {
+// dialRaw connects to ap as rawListener accepts: a non-blocking socket
+// of its own, waited on in the runtime's poller through an *os.File,
+// within timeout. What net.Dialer adds and a stream does not need: the
+// local and peer addresses asked of the socket (two system calls),
+// TCP_NODELAY at once (sockConn sets it before the second write). It
+// returns the connection as a sockConn; ok is false when ap is the zero
+// AddrPort, an endpoint given by name (the caller dials otherwise).
+func dialRaw(ap netip.AddrPort, timeout time.Duration) (c *sockConn, ok bool, err error) {
+	if !ap.IsValid() {
 		return nil, false, nil
 	}
 	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())

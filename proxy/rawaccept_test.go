@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"sync/atomic"
 	"syscall"
@@ -207,7 +208,7 @@ func TestDialRaw(t *testing.T) {
 			t.Skipf("listen %s: %v", network, err)
 		}
 		defer ln.Close()
-		c, ok, err := dialRaw(ln.Addr().String(), 5*time.Second)
+		c, ok, err := dialRaw(netip.MustParseAddrPort(ln.Addr().String()), 5*time.Second)
 		if !ok || err != nil {
 			t.Fatalf("%s: dialRaw %v %v", network, ok, err)
 		}
@@ -231,12 +232,12 @@ func TestDialRaw(t *testing.T) {
 		}
 	}
 	ln, _ := net.Listen("tcp4", "127.0.0.1:0")
-	free := ln.Addr().String()
+	free := netip.MustParseAddrPort(ln.Addr().String())
 	ln.Close()
 	if _, ok, err := dialRaw(free, 5*time.Second); !ok || !errors.Is(err, unix.ECONNREFUSED) {
 		t.Errorf("a closed port: %v %v, want ECONNREFUSED", ok, err)
 	}
-	if _, ok, _ := dialRaw("localhost:80", time.Second); ok {
+	if _, ok, _ := dialRaw(netip.AddrPort{}, time.Second); ok { // "localhost:80" parses to none
 		t.Error("a name was dialled: the caller resolves names")
 	}
 }
