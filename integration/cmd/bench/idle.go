@@ -38,8 +38,11 @@ type idleResult struct {
 	WakeP50 float64      `json:"wakeP50,omitempty"`
 	WakeP99 float64      `json:"wakeP99,omitempty"`
 	// WakeRequests is how many requests the wake latencies are of (0: a
-	// run from before it was recorded, wakeProbes).
+	// run from before it was recorded: 200).
 	WakeRequests int `json:"wakeRequests,omitempty"`
+	// WakePasses is how many times each connection was asked (0: a run
+	// from before it was recorded, which asked 200 connections a pass).
+	WakePasses int `json:"wakePasses,omitempty"`
 	// WakeMs are those latencies (ms), sorted: for the percentiles the
 	// report does not show, and to set runs side by side.
 	WakeMs []float64 `json:"wakeMs,omitempty"`
@@ -189,7 +192,7 @@ func (b *bench) idleMany(ts []target, n int) (map[string]idleResult, error) {
 		res[i].WakeFaults = minorFaults(t.PIDs()["worker"]) - faults[i]
 		l := lat[i]
 		slices.Sort(l)
-		res[i].WakeP50, res[i].WakeP99, res[i].WakeRequests, res[i].WakeMs = l[len(l)/2], l[len(l)*99/100], len(l), l
+		res[i].WakeP50, res[i].WakeP99, res[i].WakeRequests, res[i].WakePasses, res[i].WakeMs = l[len(l)/2], l[len(l)*99/100], len(l), wakePasses, l
 		probe, err := b.loadgen("-http", t.HTTPAddr(), "-keepalive", strconv.Itoa(b.s.Concurrency), "-duration", "3s")
 		res[i].Probe = probe
 		out[t.Name()] = res[i]
@@ -254,10 +257,13 @@ func (h idleHolder) stop() {
 // wakeProbes is how many idle connections get a request in idleMany, and
 // wakePasses how many times each does. One pass of 200 made the p99 the
 // second-largest of 200 requests: one bad moment of the machine decided
-// it (nginx's ranged from 0.76 to 6.3 ms over four runs of the phase);
-// with 1,200 it is the twelfth-largest. Even, so that each of two targets
-// is asked first in as many passes.
+// it (nginx's ranged from 0.76 to 6.3 ms over four runs of the phase).
+// With 1,200 (6 passes of 200) it was the twelfth-largest, and the
+// ratio of the two targets' p99s still had a 95% interval of 0.64-2.31
+// (the report's bootstrap, on the run of 79e4904); with 3,600 it is the
+// thirty-sixth, for about two seconds more. Even, so that each of two
+// targets is asked first in as many passes.
 const (
-	wakeProbes = 200
+	wakeProbes = 600
 	wakePasses = 6
 )

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -25,5 +26,46 @@ func TestMedianInterval(t *testing.T) {
 		if ok != c.ok || lo != c.lo || hi != c.hi || math.Abs(conf-c.conf) > 1e-9 {
 			t.Errorf("medianInterval(%v) = %v, %v, %v, %v; want %v, %v, %v, %v", c.xs, lo, hi, conf, ok, c.lo, c.hi, c.conf, c.ok)
 		}
+	}
+}
+
+// The wake quantiles' interval is a percentile bootstrap (Efron and
+// Tibshirani, "An Introduction to the Bootstrap", 13.3): the same
+// latencies are level whatever their quantile, latencies all twice as
+// long are behind at every quantile, and a sample whose slowest 2% alone
+// differ is behind at its p99 and level at its p50.
+func TestQuantileRatio(t *testing.T) {
+	base := make([]float64, 1200)
+	for i := range base {
+		base[i] = 0.1 + 0.9*float64(i)/float64(len(base)) // 0.1 to 1 ms, spread evenly
+	}
+	double := make([]float64, len(base))
+	tail := make([]float64, len(base))
+	for i, v := range base {
+		double[i] = 2 * v
+		tail[i] = v
+		if i >= len(base)*98/100 {
+			tail[i] = 10 * v
+		}
+	}
+	for _, c := range []struct {
+		b    []float64
+		q    float64
+		want string
+	}{
+		{base, 0.99, "1.00×, 95% interval"},
+		{base, 0.99, ": level"},
+		{double, 0.5, "2.00×"},
+		{double, 0.99, ": behind"},
+		{tail, 0.99, ": behind"},
+		{tail, 0.5, "1.00×"},
+		{tail, 0.5, ": level"},
+	} {
+		if got := quantileRatio(c.b, base, c.q); !strings.Contains(got, c.want) {
+			t.Errorf("quantileRatio(q %v) = %q, want it to hold %q", c.q, got, c.want)
+		}
+	}
+	if got, want := quantileRatio(double, base, 0.99), quantileRatio(double, base, 0.99); got != want {
+		t.Errorf("a report renders differently twice: %q, then %q", got, want)
 	}
 }
