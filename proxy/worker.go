@@ -130,6 +130,10 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 		return err
 	}
 	w.AckDrains()
+	// The first stats go before ready: they say which routing the worker
+	// applied, and a ready worker that has not said it counts as behind
+	// in the supervisor's status.
+	w.SendStats(p.Stats())
 	if err := w.Ready(); err != nil {
 		return fmt.Errorf("say ready: %w", err)
 	}
@@ -141,7 +145,6 @@ func RunWorker(ctx context.Context, w *ipc.Worker, log *zap.Logger, logDropped f
 		defer close(reported)
 		t := time.NewTicker(StatsInterval)
 		defer t.Stop()
-		w.SendStats(p.Stats())
 		for {
 			select {
 			case <-t.C:
