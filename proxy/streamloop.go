@@ -180,7 +180,7 @@ func (l *streamLoop) run() {
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			l.mu.Lock()
 			l.now = time.Now()
-			l.sweep(l.now)
+			l.sweep()
 			l.mu.Unlock()
 		default:
 			return // closed
@@ -611,8 +611,10 @@ func (l *streamLoop) relay(src *loopSide) bool {
 
 // sweep ends the streams past their deadline (a ClientHello or connect
 // that took too long: the connect moves on to the next endpoint), and
-// turns TCP keep-alive on for streams that have lived keepAliveAfter.
-func (l *streamLoop) sweep(now time.Time) {
+// turns TCP keep-alive on for streams that have lived keepAliveAfter,
+// as of l.now.
+func (l *streamLoop) sweep() {
+	now := l.now
 	for _, s := range l.sides.by {
 		if s == nil || s != &s.st.a {
 			continue

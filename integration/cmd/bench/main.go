@@ -44,6 +44,9 @@ type settings struct {
 	IdleConns     int           `json:"idleConns"`
 	IdleGiveBack  time.Duration `json:"idleGiveBackNs"`
 	IdleManyConns int           `json:"idleManyConns,omitempty"`
+	// BackendGOGC is the GOGC of this process, the backend's (0: Go's
+	// default, a run from before it was set).
+	BackendGOGC int `json:"backendGOGC,omitempty"`
 }
 
 // Results is everything one run measured; docs/benchmarks.json holds the
@@ -158,7 +161,7 @@ func main() {
 	// pauses and mark work landed on whichever target's turn was running.
 	// The backend is not what is measured; its cost is every target's.
 	debug.SetGCPercent(backendGOGC)
-	r.res.Machine["backendGOGC"] = fmt.Sprint(backendGOGC)
+	r.res.Settings.BackendGOGC = backendGOGC
 	be, err := backend.Start("bench", backendHTTP, backendTCP)
 	if err == nil {
 		err = be.ServeTLS(backendTLS)

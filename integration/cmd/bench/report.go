@@ -61,8 +61,8 @@ func report(r *Results) string {
 	w("Every figure comes from one run on one machine, one target loaded at a time, against the same\n")
 	w("backend (`integration/internal/backend`, Go, in the bench's own process) on loopback, with the same load generator\n")
 	w("(`integration/cmd/loadgen`, HTTP/1.1 on raw connections, never retrying on its own).\n")
-	if g := r.Machine["backendGOGC"]; g != "" {
-		w("The backend's collector runs at GOGC %s, so that its cycles do not land on the targets' turns.\n", g)
+	if g := r.Settings.BackendGOGC; g != 0 {
+		w("The backend's collector runs at GOGC %d, so that its cycles do not land on the targets' turns.\n", g)
 	}
 	w("The machine is shared and noisy: compare targets within this run (the ratios), not with\n")
 	w("another run.\n\n")
@@ -811,7 +811,7 @@ func goals(r *Results) string {
 // bootstrap, with a fixed seed so that a report renders the same twice),
 // and what the interval says. The p99 of 1,200 requests is their
 // twelfth-slowest, and one slow moment of the machine moves it: the
-// interval shows how far.
+// interval shows how far. b and n are sorted, as WakeMs is.
 func quantileRatio(b, n []float64, q float64) string {
 	at := func(l []float64) float64 { return l[min(len(l)-1, int(q*float64(len(l))))] }
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -837,6 +837,5 @@ func quantileRatio(b, n []float64, q float64) string {
 	case hi < 1:
 		so = "ahead"
 	}
-	b, n = slices.Sorted(slices.Values(b)), slices.Sorted(slices.Values(n))
 	return fmt.Sprintf("%.2f×, 95%% interval %.2f-%.2f×: %s", at(b)/at(n), lo, hi, so)
 }
