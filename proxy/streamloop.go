@@ -54,6 +54,8 @@ type streamLoop struct {
 	// again holds the streams that used their turn with more to move,
 	// to be moved on after the events at hand; spare is its other half.
 	again, spare []*loopStream
+	// wheel holds the streams by their next check (schedule).
+	wheel streamWheel
 
 	done chan struct{} // closed when run returns
 }
@@ -86,21 +88,24 @@ type loopStream struct {
 	start    time.Time
 	deadline time.Time // of stateHello and stateConnect
 	keepOn   bool      // TCP keep-alive on
-	// What the sweep saw moved last, and when it last saw it change:
-	// the stream is closed once silent for the listener's idleTimeout.
-	seenMoved int64
-	activeAt  time.Time
-	queued    bool // in the loop's again
-	ended     bool
-	hello     []byte    // passthrough: what came before the route was known
-	scan      helloScan // how far hello is whole
-	backend   *backend
-	ep        *endpoint
-	set       *endpointSet
-	att       attempt
-	dialed    time.Time
-	entry     *accessEntry
-	remote    *net.TCPAddr
+	// activeAt is when bytes last moved (or the relay started): the
+	// stream is closed once silent for the listener's idleTimeout.
+	activeAt time.Time
+	// checkAt is the time of the stream's next check (Unix nanoseconds),
+	// in the loop's wheel at wslot, wpos-1 (wpos 0: not in it).
+	checkAt     int64
+	wslot, wpos int32
+	queued      bool // in the loop's again
+	ended       bool
+	hello       []byte    // passthrough: what came before the route was known
+	scan        helloScan // how far hello is whole
+	backend     *backend
+	ep          *endpoint
+	set         *endpointSet
+	att         attempt
+	dialed      time.Time
+	entry       *accessEntry
+	remote      *net.TCPAddr
 }
 
 // sideTable holds a loop's sockets by descriptor. Descriptors are small
@@ -158,7 +163,9 @@ func newStreamLoop(f *tcpFrontend) (*streamLoop, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stream loop: %w", err)
 	}
-	return &streamLoop{f: f, epfd: fd, file: file, rc: rc, done: make(chan struct{})}, nil
+	l := &streamLoop{f: f, epfd: fd, file: file, rc: rc, done: make(chan struct{})}
+	l.wheel.tick = time.Now().UnixNano() / int64(loopSweepEvery)
+	return l, nil
 }
 
 // run handles the loop's events until stop. With no stream it waits
@@ -289,6 +296,7 @@ func (l *streamLoop) add(c *bareConn) {
 	}
 	if f.passthrough {
 		st.state, st.deadline = stateHello, st.start.Add(f.p.cfg.HTTP.ReadHeaderTimeout.Std())
+		l.schedule(st)
 		return // the first event brings the hello
 	}
 	b := f.backend
@@ -435,7 +443,9 @@ func (l *streamLoop) dialNext(st *loopStream) {
 	}
 	if e == 0 {
 		l.connected(st)
+		return
 	}
+	l.schedule(st)
 }
 
 // connected learns how the connect under way went (its socket is
@@ -454,10 +464,11 @@ func (l *streamLoop) connected(st *loopStream) {
 	took := l.now.Sub(st.dialed)
 	st.backend.connectTime.Observe(took)
 	st.ep.connected()
-	st.state, st.deadline = stateRelay, time.Time{}
+	st.state, st.deadline, st.activeAt = stateRelay, time.Time{}, l.now
 	if e := st.entry; e != nil {
 		e.upstream, e.endpoint, e.status = took, st.ep.addr, 200
 	}
+	l.schedule(st)
 }
 
 // connectFailed counts a failed connect and tries the next endpoint.
@@ -490,6 +501,7 @@ func (l *streamLoop) handOff(st *loopStream) {
 	unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(l.epfd), unix.EPOLL_CTL_DEL, uintptr(fd), 0, 0, 0)
 	l.sides.del(fd)
 	st.a.fd, st.ended = -1, true
+	l.wheel.remove(st)
 	st.a.buf, st.a.pend = nil, nil // the hello, st.hello, goes with the stream
 	l.unwatch(&st.b)
 	c, err := acceptedSock(fd, st.remote, nil)
@@ -526,6 +538,7 @@ func (l *streamLoop) end(st *loopStream) {
 		return
 	}
 	st.ended = true
+	l.wheel.remove(st)
 	in, out := st.a.moved, st.b.moved
 	l.unwatch(&st.a)
 	l.unwatch(&st.b)
@@ -552,6 +565,7 @@ func (l *streamLoop) relay(src *loopSide) bool {
 			case 0:
 				src.pend = src.pend[n:]
 				src.moved += int64(n)
+				src.st.activeAt = l.now
 				if len(src.pend) == 0 && src.buf != nil {
 					l.put(src.buf)
 					src.buf, src.pend = nil, nil
@@ -609,37 +623,60 @@ func (l *streamLoop) relay(src *loopSide) bool {
 	}
 }
 
-// sweep ends the streams past their deadline (a ClientHello or connect
-// that took too long: the connect moves on to the next endpoint), and
-// turns TCP keep-alive on for streams that have lived keepAliveAfter,
-// as of l.now.
+// sweep checks the streams whose check time came (check), as of l.now.
 func (l *streamLoop) sweep() {
+	l.wheel.due(l.now, l.check)
+}
+
+// check ends st if past its deadline (a ClientHello or connect that took
+// too long: the connect moves on to the next endpoint) or silent past the
+// listener's idleTimeout, and turns TCP keep-alive on once it has lived
+// keepAliveAfter; then schedules its next check.
+func (l *streamLoop) check(st *loopStream) {
 	now := l.now
-	for _, s := range l.sides.by {
-		if s == nil || s != &s.st.a {
-			continue
+	switch {
+	case !st.deadline.IsZero() && now.After(st.deadline):
+		if st.state == stateConnect {
+			l.connectFailed(st, os.ErrDeadlineExceeded)
+		} else {
+			l.end(st)
 		}
-		st := s.st
-		switch {
-		case !st.deadline.IsZero() && now.After(st.deadline):
-			if st.state == stateConnect {
-				l.connectFailed(st, os.ErrDeadlineExceeded)
-			} else {
-				l.end(st)
-			}
-		case st.state == stateRelay && !st.keepOn && now.Sub(st.start) >= keepAliveAfter:
-			st.keepOn = true
-			setKeepAlive(uintptr(st.a.fd))
-			setKeepAlive(uintptr(st.b.fd))
+	case st.state == stateRelay && !st.keepOn && now.Sub(st.start) >= keepAliveAfter:
+		st.keepOn = true
+		setKeepAlive(uintptr(st.a.fd))
+		setKeepAlive(uintptr(st.b.fd))
+	}
+	if st.state == stateRelay && !st.ended && l.f.idle > 0 && now.Sub(st.activeAt) >= l.f.idle {
+		l.end(st) // silent both ways past listeners[].idleTimeout
+	}
+	if !st.ended {
+		l.schedule(st)
+	}
+}
+
+// schedule puts st in the wheel at its next check, after l.now: its
+// deadline while it reads a ClientHello or connects; once it relays,
+// keepAliveAfter from its start until keep-alive is on, and idleTimeout
+// from when bytes last moved. One that needs none is not in it.
+func (l *streamLoop) schedule(st *loopStream) {
+	l.wheel.remove(st)
+	var at time.Time
+	switch st.state {
+	case stateHello, stateConnect:
+		at = st.deadline
+	case stateRelay:
+		if !st.keepOn {
+			at = st.start.Add(keepAliveAfter)
 		}
-		if st.state == stateRelay && !st.ended && l.f.idle > 0 {
-			if m := st.a.moved + st.b.moved; m != st.seenMoved || st.activeAt.IsZero() {
-				st.seenMoved, st.activeAt = m, now
-			} else if now.Sub(st.activeAt) >= l.f.idle {
-				l.end(st) // silent both ways past listeners[].idleTimeout
-			}
+		if idle := l.f.idle; idle > 0 && (at.IsZero() || st.activeAt.Add(idle).Before(at)) {
+			at = st.activeAt.Add(idle)
 		}
 	}
+	if at.IsZero() || st.ended {
+		return
+	}
+	st.checkAt = max(at.UnixNano(), l.now.UnixNano()+1)
+	l.wheel.add(st)
 }
 
 func (l *streamLoop) get() []byte {
