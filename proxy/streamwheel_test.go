@@ -51,14 +51,20 @@ func TestStreamWheelChecksEachOnTime(t *testing.T) {
 	}
 }
 
+// wheelWithOne is a wheel last swept at base, holding one stream due
+// after d.
+func wheelWithOne(base time.Time, d time.Duration) (*streamWheel, *loopStream) {
+	w := &streamWheel{tick: base.UnixNano() / int64(loopSweepEvery)}
+	st := &loopStream{checkAt: base.Add(d).UnixNano()}
+	w.add(st)
+	return w, st
+}
+
 // A sweep late by more than the wheel's span (a loop that slept) looks
 // at every slot once, and what is due is checked.
 func TestStreamWheelLateSweep(t *testing.T) {
 	base := time.Unix(1_000_000, 0)
-	var w streamWheel
-	w.tick = base.UnixNano() / int64(loopSweepEvery)
-	st := &loopStream{checkAt: base.Add(time.Second).UnixNano()}
-	w.add(st)
+	w, _ := wheelWithOne(base, time.Second)
 	n := 0
 	w.due(base.Add(20*time.Minute), func(*loopStream) { n++ })
 	if n != 1 {
@@ -70,10 +76,7 @@ func TestStreamWheelLateSweep(t *testing.T) {
 // checked again in the same sweep.
 func TestStreamWheelPutBack(t *testing.T) {
 	base := time.Unix(1_000_000, 0)
-	var w streamWheel
-	w.tick = base.UnixNano() / int64(loopSweepEvery)
-	st := &loopStream{checkAt: base.Add(time.Second).UnixNano()}
-	w.add(st)
+	w, st := wheelWithOne(base, time.Second)
 	now := base.Add(time.Second)
 	n := 0
 	w.due(now, func(s *loopStream) {
