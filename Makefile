@@ -30,9 +30,10 @@ run: build
 
 # The fuzzers, by package: the ipc decoder, the HTTP/1.1 parsers
 # differentially against net/http, HTTP/2 request heads on their way to
-# HTTP/1.1 against net/http, and the PROXY protocol parser against
+# HTTP/1.1 against net/http, HTTP/2 header blocks against x/net's
+# ReadMetaHeaders, and the PROXY protocol parser against
 # go-proxyproto (docs/security.md).
-FUZZERS := ./ipc:FuzzDecode ./proxy/h1:FuzzRequest ./proxy/h1:FuzzResponse ./proxy:FuzzH2Request ./proxy/h2:FuzzConn ./proxy/proxyproto:FuzzParse ./internal/metrics:FuzzLabelValue ./proxy:FuzzAppendJSONString ./proxy:FuzzClientHello ./proxy:FuzzH2Backend
+FUZZERS := ./ipc:FuzzDecode ./proxy/h1:FuzzRequest ./proxy/h1:FuzzResponse ./proxy:FuzzH2Request ./proxy/h2:FuzzConn ./proxy/h2:FuzzHeaderBlock ./proxy/proxyproto:FuzzParse ./internal/metrics:FuzzLabelValue ./proxy:FuzzAppendJSONString ./proxy:FuzzClientHello ./proxy:FuzzH2Backend
 FUZZTIME ?= 10m
 
 # Every test, with the race detector: unit tests, a short run of each

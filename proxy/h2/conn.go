@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // Defaults and limits.
@@ -122,6 +121,8 @@ type Conn struct {
 	h   Handler
 	rd  countReader
 	fr  *http2.Framer
+	// headers decodes the header blocks the Framer reads.
+	headers *headerReader
 
 	// The writing side: one writer at a time, frames gathered in bw and
 	// flushed by the last writer of a burst (see unlockWrite).
@@ -187,7 +188,7 @@ func NewConn(c net.Conn, cfg Config, h Handler) *Conn {
 	sc.fr.SetReuseFrames()
 	sc.fr.SetMaxReadFrameSize(frameSize)
 	sc.fr.MaxHeaderListSize = cfg.MaxHeaderListSize
-	sc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	sc.headers = newHeaderReader()
 	return sc
 }
 
@@ -280,6 +281,9 @@ func (sc *Conn) serve() error {
 		var f http2.Frame
 		if err == nil {
 			f, err = sc.fr.ReadFrame()
+			if hf, ok := f.(*http2.HeadersFrame); ok && err == nil {
+				f, err = sc.headers.read(sc.fr, hf, sc.cfg.MaxHeaderListSize)
+			}
 		}
 		if headerBlock && (err == nil || !isTimeout(err)) {
 			deadline = time.Now().Add(sc.cfg.IdleTimeout)
