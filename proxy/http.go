@@ -173,6 +173,13 @@ func (f *httpFrontend) park(hc *h1conn, sc *sockConn) bool {
 	if f.idle == nil || !ok || sc.fd < 0 {
 		return false
 	}
+	if sc.lazyNoDelay && sc.wrote {
+		// It will write again once woken: TCP_NODELAY now, not on the
+		// wake's path (nginx sets it as a connection enters keep-alive,
+		// ngx_http_set_keepalive).
+		setNoDelay(uintptr(sc.fd))
+		sc.lazyNoDelay = false
+	}
 	rec := parkedConn{requests: int32(hc.requests), until: hc.idleAt.Add(f.p.cfg.HTTP.IdleTimeout.Std()).UnixNano(),
 		remote: ac.remote.AddrPort(), ln: ac.ln, noDelay: !sc.lazyNoDelay, wrote: sc.wrote}
 	f.mu.Lock()

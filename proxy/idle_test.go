@@ -100,6 +100,32 @@ func TestIdleConnectionsPark(t *testing.T) {
 	waitUntil(t, "the connections gone", func() bool { return parked(p) == 0 && p.stats.conns.Load() == 0 })
 }
 
+// A parked connection has TCP_NODELAY set already: it is set as the
+// connection parks, as nginx sets it when a connection enters keep-alive
+// (ngx_http_set_keepalive), so the request that wakes it makes one system
+// call less before its answer (docs/design.md, "What waking a parked
+// connection costs").
+func TestParkedConnectionHasNoDelay(t *testing.T) {
+	p, web, _ := startProxy(t, webConfig(hostOf(okBackend(t))))
+	c, br := dialWeb(t, web)
+	if resp := rawGet(t, c, br); resp.StatusCode != 200 {
+		t.Fatalf("first request: %d", resp.StatusCode)
+	}
+	waitUntil(t, "the connection parked", func() bool { return parked(p) == 1 })
+	for _, fd := range parkedFDs(p) {
+		on, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY)
+		if err != nil || on == 0 {
+			t.Errorf("parked socket %d: TCP_NODELAY %d (%v), want set", fd, on, err)
+		}
+		if !slot(p.https[0].idle, fd).noDelay {
+			t.Errorf("parked socket %d: its record says TCP_NODELAY is not set", fd)
+		}
+	}
+	if resp := rawGet(t, c, br); resp.StatusCode != 200 {
+		t.Fatalf("request after the park: %d", resp.StatusCode)
+	}
+}
+
 // A connection served out of the idle set goes back to it as soon as it
 // waits, not after parkAfter: its wait in the runtime's poller (os.File,
 // registration, a close told to the scheduler) doubled the CPU of a

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
@@ -20,10 +21,12 @@ import (
 // worker collected five times a second. Here the decoder, its emit
 // function and the slice fields are decoded into are the connection's,
 // kept from one block to the next; a stream gets a copy of exactly its
-// fields, since its Request keeps them.
+// fields, since its Request keeps them. The slice is the connection's
+// only while a block is read, and the worker's between blocks
+// (fieldSlices): an idle connection does not hold one.
 type headerReader struct {
 	dec    *hpack.Decoder
-	fields []hpack.HeaderField
+	fields []hpack.HeaderField // during read: from fieldSlices
 	// The block's state, as the Framer keeps it.
 	remain     uint32 // of the header list size
 	sawRegular bool
@@ -39,6 +42,14 @@ func newHeaderReader() *headerReader {
 	r.dec.SetEmitFunc(r.emit)
 	return r
 }
+
+// fieldSlices holds the slices header blocks are decoded into, between
+// blocks. Kept per connection, the slice was a kilobyte of each idle
+// HTTP/2 connection's 25 (docs/benchmarks.md, the idle rows).
+var fieldSlices = sync.Pool{New: func() any {
+	s := make([]hpack.HeaderField, 0, 16)
+	return &s
+}}
 
 var errPseudoAfterRegular = errors.New("pseudo header field after regular")
 
@@ -94,7 +105,13 @@ func validWireName(v string) bool {
 // a ConnectionError for a block too large or that does not decode, a
 // StreamError for a malformed field.
 func (r *headerReader) read(fr *http2.Framer, hf *http2.HeadersFrame, max uint32) (*http2.MetaHeadersFrame, error) {
-	r.fields = r.fields[:0]
+	sp := fieldSlices.Get().(*[]hpack.HeaderField)
+	r.fields = (*sp)[:0]
+	defer func() {
+		clear(r.fields) // the strings go with the stream, not the pool
+		*sp, r.fields = r.fields[:0], nil
+		fieldSlices.Put(sp)
+	}()
 	r.remain, r.sawRegular, r.truncated, r.invalid = max, false, false, nil
 	r.dec.SetEmitEnabled(true)
 	r.dec.SetMaxStringLength(int(max))
@@ -134,7 +151,6 @@ func (r *headerReader) read(fr *http2.Framer, hf *http2.HeadersFrame, max uint32
 	if len(r.fields) > 0 {
 		mh.Fields = make([]hpack.HeaderField, len(r.fields))
 		copy(mh.Fields, r.fields)
-		clear(r.fields) // the strings go with the stream, not the connection
 	}
 	if err := checkPseudos(mh.PseudoFields()); err != nil {
 		return nil, http2.StreamError{StreamID: hf.StreamID, Code: http2.ErrCodeProtocol, Cause: err}

@@ -151,3 +151,42 @@ func FuzzHeaderBlock(f *testing.F) {
 		}
 	})
 }
+
+// TestHeaderReaderHoldsNoSlice: between blocks the reader holds no field
+// slice (an idle connection's memory, issue 23), and a block's fields
+// are its own: the next block, decoded into the same pooled slice,
+// leaves them as they were.
+func TestHeaderReaderHoldsNoSlice(t *testing.T) {
+	var enc bytes.Buffer
+	he := hpack.NewEncoder(&enc)
+	block := func(path string) []byte {
+		enc.Reset()
+		for _, f := range []hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "https"}, {Name: ":path", Value: path}, {Name: "user-agent", Value: "t"}} {
+			he.WriteField(f)
+		}
+		return slices.Clone(enc.Bytes())
+	}
+	wire := append(blockFrames(block("/first"), nil, true), blockFrames(block("/second"), []byte{3}, true)...)
+	fr := http2.NewFramer(nil, bytes.NewReader(wire))
+	r := newHeaderReader()
+	var got [][]hpack.HeaderField
+	for range 2 {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mh, err := r.read(fr, f.(*http2.HeadersFrame), 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.fields != nil {
+			t.Fatalf("after a block the reader holds a slice of %d fields", cap(r.fields))
+		}
+		got = append(got, mh.Fields)
+	}
+	for i, want := range []string{"/first", "/second"} {
+		if p := got[i][2]; p.Name != ":path" || p.Value != want {
+			t.Errorf("block %d: field 2 is %s: %s, want :path: %s", i, p.Name, p.Value, want)
+		}
+	}
+}
