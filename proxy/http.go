@@ -191,7 +191,7 @@ func (f *httpFrontend) park(hc *h1conn, sc *sockConn) bool {
 	// from the set and served at once) hands its descriptor itself to
 	// the set; any other parks a duplicate, and closes its own.
 	fd, own := ac.s.handOver()
-	adopted := own && f.idle.adopt(fd, rec)
+	adopted := own && f.idle.adopt(fd, rec, ac.s.set == f.idle)
 	if !own && !f.idle.park(int(sc.fd), rec) {
 		f.mu.Unlock()
 		return false

@@ -181,15 +181,19 @@ func (s *idleSet) park(fd int, rec parkedConn) bool {
 // close, after the delete of the wake-up. When an event came while it
 // was served (pending), adopt looks at the socket, and wakes the
 // connection as that event would have, unless nothing is there to read.
-// false: not parked (the set is closing, or epoll failed): fd is still
-// the caller's, to end.
-func (s *idleSet) adopt(fd int, rec parkedConn) bool {
+// fromSet says the connection was woken from this set: only then is a
+// held record its own. A held record outlives the connection that closes
+// its descriptor, and the number comes back with the next socket, which
+// must be added to the epoll instance, or it would be parked and never
+// woken. false: not parked (the set is closing, or epoll failed): fd is
+// still the caller's, to end.
+func (s *idleSet) adopt(fd int, rec parkedConn, fromSet bool) bool {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return false
 	}
-	if fd >= len(s.byFD) || !s.byFD[fd].held {
+	if !fromSet || fd >= len(s.byFD) || !s.byFD[fd].held {
 		ok := s.watch(fd, rec)
 		s.mu.Unlock()
 		return ok

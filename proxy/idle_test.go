@@ -296,6 +296,57 @@ func TestStoppedSetTouchesNoEpoll(t *testing.T) {
 	}
 }
 
+// A connection woken from the set leaves its record held when it closes
+// its descriptor, and the number comes back with the next socket the
+// worker opens. A connection on that number that was not woken from the
+// set, parking by adopt, is added to the epoll instance all the same:
+// recorded alone, it would be parked and never woken, its next request
+// unanswered until its idle timeout.
+func TestAdoptTrustsOnlyItsOwnHold(t *testing.T) {
+	s, err := newIdleSet(&httpFrontend{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	socketpair := func() [2]int {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [2]int(pair)
+	}
+	until := time.Now().Add(time.Hour).UnixNano()
+	old := socketpair()
+	s.mu.Lock()
+	s.watch(old[0], parkedConn{until: until})
+	s.take(old[0], 0) // woken: held
+	s.mu.Unlock()
+	unix.Close(old[0]) // the woken connection closes
+	defer unix.Close(old[1])
+
+	next := socketpair()
+	defer unix.Close(next[0])
+	defer unix.Close(next[1])
+	if next[0] != old[0] {
+		t.Fatalf("the next socket has descriptor %d, not the closed one's %d", next[0], old[0])
+	}
+	if !slot(s, next[0]).held {
+		t.Fatal("the closed connection's record is not held: the case is not set up")
+	}
+	if !s.adopt(next[0], parkedConn{until: until}, false) {
+		t.Fatal("adopt refused")
+	}
+	defer func() {
+		s.mu.Lock()
+		s.take(next[0], 0) // the set's stop would end it through a frontend this test has not
+		s.mu.Unlock()
+	}()
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(next[0])}
+	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_ADD, next[0], &ev); err != unix.EEXIST {
+		t.Fatalf("adding the adopted socket to the set's epoll instance: %v, want EEXIST (adopt added it)", err)
+	}
+}
+
 // A parked connection whose client closes is closed, and no longer
 // counted; one whose request arrives in pieces is served once the head is
 // whole; pipelined requests that wake it are all answered.
