@@ -120,7 +120,7 @@ func ParseRequest(fields []hpack.HeaderField, endStream bool) (Request, error) {
 		if regular < 0 {
 			regular = i
 		}
-		if !httpguts.ValidHeaderFieldName(hf.Name) || hasUpper(hf.Name) {
+		if !validWireName(hf.Name) {
 			return r, errMalformed
 		}
 		switch hf.Name {
@@ -155,15 +155,6 @@ func ParseRequest(fields []hpack.HeaderField, endStream bool) (Request, error) {
 		return r, errMalformed // a length announced, and no body
 	}
 	return r, nil
-}
-
-func hasUpper(s string) bool {
-	for i := range len(s) {
-		if 'A' <= s[i] && s[i] <= 'Z' {
-			return true
-		}
-	}
-	return false
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' }
