@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -104,6 +105,52 @@ func TestWorkerHoldsOnlyItsDescriptors(t *testing.T) {
 	waitFor(t, 30*time.Second, "descriptors back to their count", func() bool {
 		return len(fdLinks(t, sup)) <= len(supFDs)
 	})
+}
+
+// binaryPages sums the size and the resident part (KiB) of pid's
+// read-only mappings of its own executable (/proc/PID/smaps).
+func binaryPages(t *testing.T, pid int) (size, rss int) {
+	t.Helper()
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := false
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 6 && strings.Contains(f[0], "-"):
+			mine = f[1][1] != 'w' && strings.HasSuffix(strings.TrimSpace(line), exe)
+		case mine && len(f) >= 2 && f[0] == "Size:":
+			n, _ := strconv.Atoi(f[1])
+			size += n
+		case mine && len(f) >= 2 && f[0] == "Rss:":
+			n, _ := strconv.Atoi(f[1])
+			rss += n
+		}
+	}
+	return size, rss
+}
+
+// TestSupervisorMapsLittleOfItsBinary: after its handoffs, the supervisor
+// holds mapped only what it runs of the binary, not what start-up and
+// fault-around mapped (internal/selfmap): two thirds of the binary's
+// read-only pages before, so 15 MiB of RSS for a process whose own memory
+// is 3.
+func TestSupervisorMapsLittleOfItsBinary(t *testing.T) {
+	be := startBackend(t)
+	b := startBaton(t, options{workers: 2}.configYAML(be))
+	b.SIGHUP()
+	waitDrained(t, b, 30*time.Second)
+	size, rss := binaryPages(t, b.Cmd.Process.Pid)
+	t.Logf("supervisor: %d KiB of the binary's %d KiB read-only mappings resident", rss, size)
+	if size == 0 || rss > size/2 {
+		t.Fatalf("supervisor maps %d KiB of its binary's %d KiB read-only pages, want at most half", rss, size)
+	}
 }
 
 func TestStopIsGracefulThenImmediate(t *testing.T) {

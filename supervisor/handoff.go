@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/baton-proxy/baton/internal/sdnotify"
+	"github.com/baton-proxy/baton/internal/selfmap"
 	"github.com/baton-proxy/baton/ipc"
 	"go.uber.org/zap"
 )
@@ -58,6 +59,11 @@ func (s *Supervisor) finishHandoff(h *handoff, outcome Outcome, reason string) {
 		s.log.Error("handoff "+string(outcome), append(fields, zap.String("reason", reason))...)
 	}
 	h.answer()
+	// The supervisor waits from here on, running little of its binary:
+	// what start-up and the handoff mapped of it need not stay mapped.
+	if _, err := selfmap.Release(); err != nil {
+		s.log.Debug("release the binary's pages", zap.Error(err))
+	}
 }
 
 // StopAckTimeout bounds how long a handoff waits for the workers it
