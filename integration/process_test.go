@@ -138,9 +138,9 @@ func binaryPages(t *testing.T, pid int) (size, rss int) {
 
 // TestSupervisorMapsLittleOfItsBinary: after its handoffs, the supervisor
 // holds mapped only what it runs of the binary, not what start-up and
-// fault-around mapped (internal/selfmap): two thirds of the binary's
-// read-only pages before, so 15 MiB of RSS for a process whose own memory
-// is 3.
+// fault-around mapped (internal/selfmap): 60-66% of the binary's
+// read-only pages before, 14.6 of the 17.6 MiB of RSS of a process whose
+// own memory is 3.
 func TestSupervisorMapsLittleOfItsBinary(t *testing.T) {
 	be := startBackend(t)
 	b := startBaton(t, options{workers: 2}.configYAML(be))
